@@ -1,0 +1,1 @@
+//! Python bindings for wspool (placeholder until the Python issue lands).

@@ -1,0 +1,137 @@
+//! Error types. Every error a caller can get back says what went wrong and,
+//! where a task was refused, hands the task back so nothing is lost.
+
+use std::any::Any;
+use std::fmt;
+
+/// Why a submission was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitErrorKind {
+    /// The bounded queue was full and the reject policy refused the task.
+    Rejected,
+    /// The pool is shutting down or shut down.
+    Shutdown,
+}
+
+/// A refused submission. The task comes back untouched ([`SpawnError::into_task`]),
+/// so the caller keeps ownership of everything it captured.
+pub struct SpawnError<F> {
+    kind: SubmitErrorKind,
+    task: F,
+}
+
+impl<F> SpawnError<F> {
+    pub(crate) fn new(kind: SubmitErrorKind, task: F) -> Self {
+        SpawnError { kind, task }
+    }
+
+    /// Why the task was refused.
+    pub fn kind(&self) -> SubmitErrorKind {
+        self.kind
+    }
+
+    /// The refused task, never run.
+    pub fn into_task(self) -> F {
+        self.task
+    }
+
+    /// Drops the task and keeps the reason.
+    pub fn without_task(self) -> SpawnError<()> {
+        SpawnError { kind: self.kind, task: () }
+    }
+}
+
+impl<F> fmt::Debug for SpawnError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpawnError").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl<F> fmt::Display for SpawnError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            SubmitErrorKind::Rejected => f.write_str("task rejected: the pool's queue is full"),
+            SubmitErrorKind::Shutdown => f.write_str("task refused: the pool is shut down"),
+        }
+    }
+}
+
+impl<F> std::error::Error for SpawnError<F> {}
+
+/// Why a task produced no value.
+pub enum TaskError {
+    /// The task panicked; the payload is the panic's.
+    Panicked(Box<dyn Any + Send + 'static>),
+    /// The task was cancelled before it started (by `cancel` or by a
+    /// `Shutdown::Cancel`).
+    Cancelled,
+}
+
+impl TaskError {
+    /// The panic message, when the payload is a string.
+    pub fn panic_message(&self) -> Option<&str> {
+        match self {
+            TaskError::Panicked(p) => {
+                p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(|s| s.as_str()))
+            }
+            TaskError::Cancelled => None,
+        }
+    }
+}
+
+impl fmt::Debug for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskError::Panicked(_) => write!(f, "Panicked({:?})", self.panic_message().unwrap_or("<non-string payload>")),
+            TaskError::Cancelled => f.write_str("Cancelled"),
+        }
+    }
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskError::Panicked(_) => match self.panic_message() {
+                Some(m) => write!(f, "task panicked: {m}"),
+                None => f.write_str("task panicked"),
+            },
+            TaskError::Cancelled => f.write_str("task cancelled before it started"),
+        }
+    }
+}
+
+impl std::error::Error for TaskError {}
+
+/// A configuration value the builder refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        ConfigError { message: message.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid pool configuration: {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A shutdown that did not finish in time. The pool keeps finishing (Drain)
+/// or cancelling (Cancel) in the background; a later shutdown or the drop of
+/// the last handle completes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownTimedOut;
+
+impl fmt::Display for ShutdownTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("shutdown timed out with tasks still running")
+    }
+}
+
+impl std::error::Error for ShutdownTimedOut {}

@@ -1,0 +1,312 @@
+//! Parking and waking workers. The protocol is written up in `README.md`
+//! next to this file; the `loom` model in `core/tests/loom.rs` checks it.
+
+mod debounce;
+
+pub(crate) use debounce::Debounce;
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use crate::sync::{AtomicU64, Condvar, Mutex, fence, lock_model as lock};
+
+/// One sleeping worker adds this to `Sleep::state`.
+const SLEEPER: u64 = 1 << 32;
+const SEARCHER: u64 = 1;
+
+fn searching(state: u64) -> usize {
+    (state & 0xFFFF_FFFF) as usize
+}
+
+fn sleeping(state: u64) -> usize {
+    (state >> 32) as usize
+}
+
+/// How a `park` ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Someone handed this worker a wake-up (or it found work before
+    /// sleeping). The worker is now counted as searching.
+    Notified,
+    /// The timeout passed with no wake-up. The worker is counted as
+    /// searching: it must either search or retire through `stop_searching`.
+    TimedOut,
+}
+
+/// The pool's idle bookkeeping.
+pub(crate) struct Sleep {
+    /// Low 32 bits: workers searching for work (woken and not yet busy, or
+    /// out of local work and scanning). High 32 bits: workers parked, which
+    /// is always `sleepers.len()` once the `sleepers` lock is released.
+    ///
+    /// Invariant (no lost wake-up): a submitter that pushed a job and then
+    /// read `state` (after a SeqCst fence) either sees a searcher, which is
+    /// guaranteed to re-scan the queues after it stops searching, or wakes a
+    /// sleeper. Every transition into "sleeping" is a SeqCst RMW here
+    /// followed by a re-scan of the queues.
+    state: AtomicU64,
+    /// Indices of parked workers, most recent last (woken first: warm cache).
+    sleepers: Mutex<Vec<usize>>,
+    /// One parker per worker slot.
+    parkers: Box<[Parker]>,
+}
+
+impl Sleep {
+    pub(crate) fn new(slots: usize) -> Sleep {
+        Sleep {
+            state: AtomicU64::new(0),
+            sleepers: Mutex::new(Vec::with_capacity(slots)),
+            parkers: (0..slots).map(|_| Parker::new()).collect(),
+        }
+    }
+
+    /// (searching, sleeping)
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let s = self.state.load(SeqCst);
+        (searching(s), sleeping(s))
+    }
+
+    /// A worker out of local work asks to search. At most half the live
+    /// workers search at once (tokio's cap), so a burst of idle workers does
+    /// not hammer the injector and each other's deques.
+    pub(crate) fn try_start_searching(&self, live_workers: usize) -> bool {
+        let s = self.state.load(SeqCst);
+        if 2 * searching(s) >= live_workers.max(1) {
+            return false;
+        }
+        self.state.fetch_add(SEARCHER, SeqCst);
+        true
+    }
+
+    /// A new thread is born searching (it will scan the queues first thing).
+    pub(crate) fn add_searcher(&self) {
+        self.state.fetch_add(SEARCHER, SeqCst);
+    }
+
+    /// The worker found work or is leaving. Returns true when it was the last
+    /// searcher: the caller must then re-check the queues and call
+    /// [`Sleep::notify_one`] if work is visible, so remaining work is not left
+    /// waiting for the next submission.
+    pub(crate) fn stop_searching(&self) -> bool {
+        searching(self.state.fetch_sub(SEARCHER, SeqCst)) == 1
+    }
+
+    /// Called by submitters after publishing work: wakes one sleeper, but
+    /// only when nobody is already searching (no thundering herd).
+    pub(crate) fn notify_one(&self) -> bool {
+        fence(SeqCst);
+        let s = self.state.load(SeqCst);
+        if searching(s) > 0 || sleeping(s) == 0 {
+            return false;
+        }
+        self.wake_sleeper(true)
+    }
+
+    /// Wakes one sleeper even if others are searching (used when a thread
+    /// goes into a blocking region and its work needs another runner).
+    pub(crate) fn notify_one_forced(&self) -> bool {
+        if sleeping(self.state.load(SeqCst)) == 0 {
+            return false;
+        }
+        self.wake_sleeper(false)
+    }
+
+    /// Wakes everybody (shutdown).
+    pub(crate) fn notify_all(&self) {
+        while self.wake_sleeper(false) {}
+    }
+
+    fn wake_sleeper(&self, only_if_no_searcher: bool) -> bool {
+        let index = {
+            let mut sleepers = lock(&self.sleepers);
+            if only_if_no_searcher && searching(self.state.load(SeqCst)) > 0 {
+                return false;
+            }
+            let Some(index) = sleepers.pop() else {
+                return false;
+            };
+            // sleeping - 1, searching + 1: the woken worker searches.
+            self.state.fetch_add(SEARCHER.wrapping_sub(SLEEPER), SeqCst);
+            index
+        };
+        self.parkers[index].unpark();
+        true
+    }
+
+    /// Takes `index` off the sleepers list if nobody has woken it yet.
+    /// On success the worker counts as searching again.
+    fn cancel_sleep(&self, index: usize) -> bool {
+        let mut sleepers = lock(&self.sleepers);
+        match sleepers.iter().rposition(|&i| i == index) {
+            Some(pos) => {
+                sleepers.swap_remove(pos);
+                self.state.fetch_add(SEARCHER.wrapping_sub(SLEEPER), SeqCst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Parks worker `index`. `was_searching` says whether it currently counts
+    /// as a searcher. `has_work` re-scans the queues after the worker is
+    /// registered as sleeping (this closes the race with a submitter that saw
+    /// it searching). `timeout` bounds the sleep (idle retirement).
+    pub(crate) fn park(
+        &self,
+        index: usize,
+        was_searching: bool,
+        timeout: Option<Duration>,
+        has_work: impl Fn() -> bool,
+    ) -> Wake {
+        {
+            let mut sleepers = lock(&self.sleepers);
+            sleepers.push(index);
+            let delta = if was_searching { SLEEPER.wrapping_sub(SEARCHER) } else { SLEEPER };
+            self.state.fetch_add(delta, SeqCst);
+        }
+        if has_work() && self.cancel_sleep(index) {
+            return Wake::Notified;
+        }
+        let parker = &self.parkers[index];
+        if parker.park(timeout) {
+            return Wake::Notified;
+        }
+        if self.cancel_sleep(index) {
+            return Wake::TimedOut;
+        }
+        // A waker popped us between the timeout and `cancel_sleep`; its
+        // unpark is on its way. Consume it so the next park starts clean.
+        parker.park(None);
+        Wake::Notified
+    }
+}
+
+/// A one-shot wake-up flag per worker.
+struct Parker {
+    notified: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Parker {
+    fn new() -> Parker {
+        Parker { notified: Mutex::new(false), cv: Condvar::new() }
+    }
+
+    /// Returns true if notified, false on timeout. Consumes the notification.
+    fn park(&self, timeout: Option<Duration>) -> bool {
+        let mut notified = lock(&self.notified);
+        #[cfg(not(loom))]
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        while !*notified {
+            match timeout {
+                #[cfg(not(loom))]
+                Some(_) => {
+                    let now = std::time::Instant::now();
+                    let deadline = deadline.unwrap_or(now);
+                    if now >= deadline {
+                        return false;
+                    }
+                    notified = match self.cv.wait_timeout(notified, deadline - now) {
+                        Ok((g, _)) => g,
+                        Err(p) => p.into_inner().0,
+                    };
+                }
+                // Under loom a timeout is modelled as "may time out at once".
+                #[cfg(loom)]
+                Some(_) => return false,
+                None => {
+                    notified = match self.cv.wait(notified) {
+                        Ok(g) => g,
+                        Err(p) => p.into_inner(),
+                    };
+                }
+            }
+        }
+        *notified = false;
+        true
+    }
+
+    fn unpark(&self) {
+        let mut notified = lock(&self.notified);
+        *notified = true;
+        self.cv.notify_one();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn notify_skips_when_searching_and_wakes_when_not() {
+        let sleep = Arc::new(Sleep::new(2));
+        sleep.add_searcher();
+        assert!(!sleep.notify_one(), "nobody sleeps yet");
+        let s2 = sleep.clone();
+        let t = std::thread::spawn(move || s2.park(0, true, None, || false));
+        while sleep.counts().1 == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(sleep.counts(), (0, 1));
+        sleep.add_searcher();
+        assert!(!sleep.notify_one(), "a searcher exists: no wake");
+        assert!(sleep.stop_searching(), "was the last searcher");
+        assert!(sleep.notify_one());
+        assert_eq!(t.join().unwrap(), Wake::Notified);
+        assert_eq!(sleep.counts(), (1, 0), "the woken worker searches");
+    }
+
+    #[test]
+    fn park_times_out_and_counts_as_searching() {
+        let sleep = Sleep::new(1);
+        let r = sleep.park(0, false, Some(Duration::from_millis(5)), || false);
+        assert_eq!(r, Wake::TimedOut);
+        assert_eq!(sleep.counts(), (1, 0));
+        assert!(sleep.stop_searching());
+    }
+
+    #[test]
+    fn park_rechecks_work_before_sleeping() {
+        let sleep = Sleep::new(1);
+        let r = sleep.park(0, false, None, || true);
+        assert_eq!(r, Wake::Notified);
+        assert_eq!(sleep.counts(), (1, 0));
+    }
+
+    #[test]
+    fn searching_is_capped_at_half_the_workers() {
+        let sleep = Sleep::new(4);
+        assert!(sleep.try_start_searching(4));
+        assert!(sleep.try_start_searching(4));
+        assert!(!sleep.try_start_searching(4));
+        assert!(!sleep.stop_searching());
+        assert!(sleep.stop_searching());
+    }
+
+    #[test]
+    fn notify_all_wakes_every_sleeper() {
+        let sleep = Arc::new(Sleep::new(3));
+        let done = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..3)
+            .map(|i| {
+                let s = sleep.clone();
+                let d = done.clone();
+                std::thread::spawn(move || {
+                    let w = s.park(i, false, None, || false);
+                    d.store(true, Ordering::SeqCst);
+                    w
+                })
+            })
+            .collect();
+        while sleep.counts().1 < 3 {
+            std::thread::yield_now();
+        }
+        sleep.notify_all();
+        for t in threads {
+            assert_eq!(t.join().unwrap(), Wake::Notified);
+        }
+        assert_eq!(sleep.counts(), (3, 0));
+    }
+}

@@ -1,0 +1,243 @@
+//! Counters cheap enough to leave on.
+//!
+//! Hot per-task events (tasks run, where they were found, spins) are counted
+//! in the running worker's own cache-padded slot with a plain load + store:
+//! one writer, no read-modify-write, no shared cache line. Events that happen
+//! off the workers (foreign submissions, rejections, cancellations) go to a
+//! striped counter indexed by thread, so two submitters rarely share a line.
+//! A reader sums everything; the sum is a snapshot, not a transaction.
+
+use std::cell::Cell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::lock;
+
+/// A snapshot of a pool's counters. Field names match `wspool_stats` in C.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Live worker threads.
+    pub threads: u32,
+    /// Threads with nothing to do (parked or searching).
+    pub idle_threads: u32,
+    /// Threads inside a blocking region (or parked in a wait with nothing to help).
+    pub blocked_threads: u32,
+    /// Most threads alive at once.
+    pub peak_threads: u32,
+    /// Tasks accepted.
+    pub submitted: u64,
+    /// Tasks run to the end (panicked ones included).
+    pub completed: u64,
+    /// Submissions refused because the queue was full.
+    pub rejected: u64,
+    /// Accepted tasks dropped unrun (cancel, `Shutdown::Cancel`, DiscardOldest).
+    pub cancelled: u64,
+    /// Tasks that panicked.
+    pub panicked: u64,
+    /// Tasks a worker took from its own deque.
+    pub local_pops: u64,
+    /// Tasks a worker took from the global queue.
+    pub global_pops: u64,
+    /// Tasks a worker stole from another worker's deque.
+    pub steals: u64,
+    /// Debounce spins that found work.
+    pub spin_hits: u64,
+    /// Debounce spins that gave up and parked.
+    pub spin_misses: u64,
+    /// Current debounce threshold (the largest among live workers), ns.
+    pub spin_threshold_ns: u32,
+    /// Threads started over the pool's life (the initial ones included).
+    pub threads_started: u64,
+    /// Threads retired (idle past keep-alive, or at shutdown).
+    pub threads_retired: u64,
+    /// Threads added by the starvation monitor.
+    pub starvation_injections: u64,
+    /// Tasks waiting to start.
+    pub queued: u64,
+    /// Queue delay (submit to start) over the recent window: median, ns.
+    pub queue_delay_p50_ns: u64,
+    /// Queue delay, 99th percentile, ns.
+    pub queue_delay_p99_ns: u64,
+    /// Queue delay, largest in the window, ns.
+    pub queue_delay_max_ns: u64,
+    /// Thread creations that failed (the pool went on with what it had).
+    pub spawn_failures: u64,
+}
+
+/// One worker slot's counters. Only the thread occupying the slot writes.
+#[derive(Default)]
+pub(crate) struct WorkerCounters {
+    pub(crate) completed: AtomicU64,
+    pub(crate) local_pops: AtomicU64,
+    pub(crate) global_pops: AtomicU64,
+    pub(crate) steals: AtomicU64,
+    pub(crate) submitted: AtomicU64,
+    pub(crate) spin_hits: AtomicU64,
+    pub(crate) spin_misses: AtomicU64,
+    pub(crate) spin_threshold_ns: AtomicU32,
+}
+
+/// Single-writer increment: no locked instruction.
+#[inline]
+pub(crate) fn bump(c: &AtomicU64) {
+    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+}
+
+const STRIPES: usize = 16;
+
+thread_local! {
+    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+fn my_stripe() -> usize {
+    STRIPE.with(|s| {
+        let mut v = s.get();
+        if v == usize::MAX {
+            v = NEXT_STRIPE.fetch_add(1, Relaxed) % STRIPES;
+            s.set(v);
+        }
+        v
+    })
+}
+
+/// A counter many threads add to, striped to avoid one hot cache line.
+#[derive(Default)]
+pub(crate) struct StripedCounter {
+    stripes: [CachePadded<AtomicU64>; STRIPES],
+}
+
+impl StripedCounter {
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.stripes[my_stripe()].fetch_add(n, Relaxed);
+    }
+    pub(crate) fn sum(&self) -> u64 {
+        self.stripes.iter().map(|s| s.load(Relaxed)).sum()
+    }
+}
+
+/// Counters for events that happen off the workers or rarely.
+#[derive(Default)]
+pub(crate) struct SharedCounters {
+    pub(crate) submitted: StripedCounter,
+    pub(crate) rejected: StripedCounter,
+    pub(crate) cancelled: StripedCounter,
+    pub(crate) panicked: StripedCounter,
+    pub(crate) completed_off_pool: StripedCounter,
+    pub(crate) threads_started: AtomicU64,
+    pub(crate) threads_retired: AtomicU64,
+    pub(crate) starvation_injections: AtomicU64,
+    pub(crate) spawn_failures: AtomicU64,
+    pub(crate) peak_threads: AtomicUsize,
+}
+
+/// Every 64th submission per thread carries a timestamp.
+pub(crate) const DELAY_SAMPLE_EVERY: u32 = 64;
+const DELAY_WINDOW: usize = 1024;
+/// Samples older than this are not "recent".
+const DELAY_MAX_AGE: Duration = Duration::from_secs(10);
+
+thread_local! {
+    static SAMPLE_TICK: Cell<u32> = const { Cell::new(0) };
+}
+
+/// True for one submission in `DELAY_SAMPLE_EVERY` on this thread.
+#[inline]
+pub(crate) fn should_sample_delay() -> bool {
+    SAMPLE_TICK.with(|t| {
+        let v = t.get().wrapping_add(1);
+        t.set(v);
+        v % DELAY_SAMPLE_EVERY == 0
+    })
+}
+
+/// A ring of recent queue-delay samples.
+pub(crate) struct QueueDelay {
+    ring: Mutex<DelayRing>,
+}
+
+struct DelayRing {
+    samples: Vec<(Instant, u64)>,
+    next: usize,
+}
+
+impl Default for QueueDelay {
+    fn default() -> Self {
+        QueueDelay { ring: Mutex::new(DelayRing { samples: Vec::with_capacity(DELAY_WINDOW), next: 0 }) }
+    }
+}
+
+impl QueueDelay {
+    pub(crate) fn record(&self, submitted_at: Instant) {
+        let now = Instant::now();
+        let ns = now.saturating_duration_since(submitted_at).as_nanos().min(u64::MAX as u128) as u64;
+        let mut ring = lock(&self.ring);
+        if ring.samples.len() < DELAY_WINDOW {
+            ring.samples.push((now, ns));
+        } else {
+            let i = ring.next;
+            ring.samples[i] = (now, ns);
+        }
+        ring.next = (ring.next + 1) % DELAY_WINDOW;
+    }
+
+    /// (p50, p99, max) over recent samples, ns.
+    pub(crate) fn percentiles(&self) -> (u64, u64, u64) {
+        let now = Instant::now();
+        let mut v: Vec<u64> = {
+            let ring = lock(&self.ring);
+            ring.samples.iter().filter(|(t, _)| now.saturating_duration_since(*t) <= DELAY_MAX_AGE).map(|&(_, ns)| ns).collect()
+        };
+        percentiles_of(&mut v)
+    }
+}
+
+fn percentiles_of(v: &mut [u64]) -> (u64, u64, u64) {
+    if v.is_empty() {
+        return (0, 0, 0);
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99), v[v.len() - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_ranks() {
+        let mut v: Vec<u64> = (1..=100).rev().collect();
+        assert_eq!(percentiles_of(&mut v), (51, 99, 100));
+        assert_eq!(percentiles_of(&mut []), (0, 0, 0));
+    }
+
+    #[test]
+    fn striped_counter_sums_across_threads() {
+        let c = std::sync::Arc::new(StripedCounter::default());
+        let ts: Vec<_> = (0..4)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || (0..1000).for_each(|_| c.add(1)))
+            })
+            .collect();
+        ts.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(c.sum(), 4000);
+    }
+
+    #[test]
+    fn delay_window_keeps_recent_samples() {
+        let d = QueueDelay::default();
+        let t = Instant::now();
+        for _ in 0..(DELAY_WINDOW + 10) {
+            d.record(t);
+        }
+        let (p50, p99, max) = d.percentiles();
+        assert!(p50 <= p99 && p99 <= max);
+        assert_eq!(lock(&d.ring).samples.len(), DELAY_WINDOW);
+    }
+}

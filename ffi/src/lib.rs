@@ -1,0 +1,1 @@
+//! C ABI for wspool (placeholder until the C ABI issue lands).
