@@ -13,7 +13,9 @@ use std::ptr::NonNull;
 /// What to do with a job's data pointer.
 pub(crate) struct JobVTable {
     /// Runs the job and releases its data (even when the job unwinds).
-    pub(crate) run: unsafe fn(NonNull<()>),
+    /// Returns false when the job turned out to be a tombstone (a task
+    /// handle already cancelled or claimed by a waiter): nothing ran.
+    pub(crate) run: unsafe fn(NonNull<()>) -> bool,
     /// Releases the data without running the user's code (cancellation).
     pub(crate) cancel: unsafe fn(NonNull<()>),
 }
@@ -42,7 +44,7 @@ impl JobRef {
 
     /// Runs the job. It may unwind if the user's code panics: the worker
     /// catches that around this call (one `catch_unwind` per task).
-    pub(crate) fn run(self) {
+    pub(crate) fn run(self) -> bool {
         let this = ManuallyDrop::new(self);
         // SAFETY: consumed once; `this` is never dropped.
         unsafe { (this.vtable.run)(this.data) }
@@ -62,7 +64,10 @@ pub(crate) struct HeapJob<F> {
 }
 
 impl<F: FnOnce() + Send> HeapJob<F> {
-    const VTABLE: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel };
+    const VTABLE: JobVTable = JobVTable {
+        run: Self::run,
+        cancel: Self::cancel,
+    };
 
     /// Boxes `func` into a job.
     pub(crate) fn into_job_ref(func: F) -> JobRef
@@ -84,10 +89,11 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         unsafe { JobRef::new(data, vtable) }
     }
 
-    unsafe fn run(data: NonNull<()>) {
+    unsafe fn run(data: NonNull<()>) -> bool {
         // SAFETY: data is a leaked Box<HeapJob<F>>, consumed once.
         let job = unsafe { Box::from_raw(data.cast::<HeapJob<F>>().as_ptr()) };
         (job.func)();
+        true
     }
 
     unsafe fn cancel(data: NonNull<()>) {

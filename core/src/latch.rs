@@ -11,17 +11,36 @@
 
 use std::time::Instant;
 
-use crate::sync::lock;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::registry::Registry;
+use crate::sync::lock;
 use std::sync::atomic::Ordering::SeqCst;
 
-/// Waiters' side of a latch: a condvar that only gets touched when somebody
-/// actually sleeps.
+/// Something a thread can wait for. Pool threads wait by helping
+/// ([`crate::worker::WorkerThread::wait_until`]); when there is nothing to
+/// help with they park in the pool's sleep system, registered here so the
+/// completion wakes them; foreign threads block in [`Awaitable::block_until`].
+pub(crate) trait Awaitable {
+    /// Has it happened? (SeqCst: a true result publishes the result data.)
+    fn probe(&self) -> bool;
+    /// Blocks the calling thread until it happens or `deadline` passes.
+    fn block_until(&self, deadline: Option<Instant>) -> bool;
+    /// Asks to have pool worker `index` of `registry` woken from pool sleep
+    /// when this happens. Must be followed by a probe before sleeping.
+    fn register_sleeper(&self, registry: &Arc<Registry>, index: usize);
+    /// Undoes `register_sleeper`.
+    fn unregister_sleeper(&self, index: usize);
+}
+
+/// Waiters' side of a heap-allocated latch: a condvar for foreign threads and
+/// a list of pool workers parked in their pool's sleep system. Touched only
+/// when somebody actually sleeps.
 #[derive(Default)]
 pub(crate) struct Signal {
     waiters: AtomicUsize,
-    mutex: Mutex<()>,
+    sleepers: Mutex<Vec<(Arc<Registry>, usize)>>,
     cv: Condvar,
 }
 
@@ -29,8 +48,11 @@ impl Signal {
     /// Call after changing the condition.
     pub(crate) fn notify(&self) {
         if self.waiters.load(SeqCst) != 0 {
-            let _g = lock(&self.mutex);
+            let sleepers = lock(&self.sleepers);
             self.cv.notify_all();
+            for (registry, index) in sleepers.iter() {
+                registry.sleep.wake_worker(*index);
+            }
         }
     }
 
@@ -40,7 +62,7 @@ impl Signal {
             return true;
         }
         self.waiters.fetch_add(1, SeqCst);
-        let mut guard = lock(&self.mutex);
+        let mut guard = lock(&self.sleepers);
         let result = loop {
             if done() {
                 break true;
@@ -68,9 +90,25 @@ impl Signal {
         self.waiters.fetch_sub(1, SeqCst);
         result
     }
+
+    fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
+        self.waiters.fetch_add(1, SeqCst);
+        lock(&self.sleepers).push((registry.clone(), index));
+    }
+
+    fn unregister_sleeper(&self, index: usize) {
+        {
+            let mut sleepers = lock(&self.sleepers);
+            if let Some(pos) = sleepers.iter().position(|(_, i)| *i == index) {
+                sleepers.swap_remove(pos);
+            }
+        }
+        self.waiters.fetch_sub(1, SeqCst);
+    }
 }
 
-/// Set once, never reset.
+/// Set once, never reset. Lives in an `Arc` (task handles), so the setter
+/// may touch it after setting.
 #[derive(Default)]
 pub(crate) struct OnceLatch {
     set: AtomicBool,
@@ -78,22 +116,29 @@ pub(crate) struct OnceLatch {
 }
 
 impl OnceLatch {
-    pub(crate) fn probe(&self) -> bool {
-        self.set.load(SeqCst)
-    }
-
     pub(crate) fn set(&self) {
         self.set.store(true, SeqCst);
         self.signal.notify();
     }
+}
 
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> bool {
+impl Awaitable for OnceLatch {
+    fn probe(&self) -> bool {
+        self.set.load(SeqCst)
+    }
+    fn block_until(&self, deadline: Option<Instant>) -> bool {
         self.signal.wait_until(|| self.probe(), deadline)
+    }
+    fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
+        self.signal.register_sleeper(registry, index)
+    }
+    fn unregister_sleeper(&self, index: usize) {
+        self.signal.unregister_sleeper(index)
     }
 }
 
 /// Counts outstanding work; "set" whenever the count is zero. Reusable: a
-/// group can wait, get more tasks, and wait again.
+/// group can wait, get more tasks, and wait again. Lives in an `Arc`.
 #[derive(Default)]
 pub(crate) struct CountLatch {
     count: AtomicUsize,
@@ -111,15 +156,85 @@ impl CountLatch {
         }
     }
 
-    pub(crate) fn probe(&self) -> bool {
-        self.count.load(SeqCst) == 0
-    }
-
     pub(crate) fn pending(&self) -> usize {
         self.count.load(SeqCst)
     }
+}
 
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> bool {
+impl Awaitable for CountLatch {
+    fn probe(&self) -> bool {
+        self.count.load(SeqCst) == 0
+    }
+    fn block_until(&self, deadline: Option<Instant>) -> bool {
         self.signal.wait_until(|| self.probe(), deadline)
     }
+    fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
+        self.signal.register_sleeper(registry, index)
+    }
+    fn unregister_sleeper(&self, index: usize) {
+        self.signal.unregister_sleeper(index)
+    }
+}
+
+const UNSET: usize = 0;
+const SLEEPING: usize = 1;
+const SET: usize = 2;
+
+/// The latch of a `join` whose second half lives on the joiner's stack. Only
+/// the joiner waits. The setter copies what it needs *before* the one swap
+/// that publishes completion, and never touches the latch afterwards: the
+/// joiner may return (freeing the stack frame) the moment it sees `SET`.
+pub(crate) struct JoinLatch {
+    state: AtomicUsize,
+    /// The joiner's pool, kept alive by the setter (a worker of that pool).
+    registry: *const Registry,
+    index: usize,
+}
+
+// SAFETY: the raw registry pointer is only dereferenced by a thread of that
+// registry, which holds an `Arc` to it.
+unsafe impl Send for JoinLatch {}
+unsafe impl Sync for JoinLatch {}
+
+impl JoinLatch {
+    pub(crate) fn new(registry: &Registry, index: usize) -> JoinLatch {
+        JoinLatch {
+            state: AtomicUsize::new(UNSET),
+            registry,
+            index,
+        }
+    }
+
+    /// # Safety
+    /// `this` must point to a live latch; after this call it may be freed.
+    pub(crate) unsafe fn set(this: *const JoinLatch) {
+        // SAFETY: live until the swap below.
+        let (registry, index, state) = unsafe { ((*this).registry, (*this).index, &(*this).state) };
+        if state.swap(SET, SeqCst) == SLEEPING {
+            // SAFETY: see `registry`'s field comment.
+            unsafe { (*registry).sleep.wake_worker(index) };
+        }
+    }
+}
+
+impl Awaitable for JoinLatch {
+    fn probe(&self) -> bool {
+        self.state.load(SeqCst) == SET
+    }
+    fn block_until(&self, deadline: Option<Instant>) -> bool {
+        // Only reached past the help-depth cap: poll with backoff.
+        let mut pause = std::time::Duration::from_micros(1);
+        while !self.probe() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_micros(200));
+        }
+        true
+    }
+    fn register_sleeper(&self, _registry: &Arc<Registry>, _index: usize) {
+        let _ = self.state.compare_exchange(UNSET, SLEEPING, SeqCst, SeqCst);
+    }
+    fn unregister_sleeper(&self, _index: usize) {}
 }

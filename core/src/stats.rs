@@ -167,14 +167,22 @@ struct DelayRing {
 
 impl Default for QueueDelay {
     fn default() -> Self {
-        QueueDelay { ring: Mutex::new(DelayRing { samples: Vec::with_capacity(DELAY_WINDOW), next: 0 }) }
+        QueueDelay {
+            ring: Mutex::new(DelayRing {
+                samples: Vec::with_capacity(DELAY_WINDOW),
+                next: 0,
+            }),
+        }
     }
 }
 
 impl QueueDelay {
     pub(crate) fn record(&self, submitted_at: Instant) {
         let now = Instant::now();
-        let ns = now.saturating_duration_since(submitted_at).as_nanos().min(u64::MAX as u128) as u64;
+        let ns = now
+            .saturating_duration_since(submitted_at)
+            .as_nanos()
+            .min(u64::MAX as u128) as u64;
         let mut ring = lock(&self.ring);
         if ring.samples.len() < DELAY_WINDOW {
             ring.samples.push((now, ns));
@@ -190,7 +198,11 @@ impl QueueDelay {
         let now = Instant::now();
         let mut v: Vec<u64> = {
             let ring = lock(&self.ring);
-            ring.samples.iter().filter(|(t, _)| now.saturating_duration_since(*t) <= DELAY_MAX_AGE).map(|&(_, ns)| ns).collect()
+            ring.samples
+                .iter()
+                .filter(|(t, _)| now.saturating_duration_since(*t) <= DELAY_MAX_AGE)
+                .map(|&(_, ns)| ns)
+                .collect()
         };
         percentiles_of(&mut v)
     }

@@ -3,14 +3,14 @@
 //! (`RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, fence};
+pub(crate) use loom::sync::atomic::{AtomicU64, fence};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, fence};
+pub(crate) use std::sync::atomic::{AtomicU64, fence};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Locks a mutex, ignoring poisoning: every critical section in this crate
 /// leaves its data consistent before it can panic, and a task's panic is

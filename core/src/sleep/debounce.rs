@@ -102,9 +102,17 @@ mod tests {
         assert_eq!(d.spin_budget(t0), None, "never woken: park at once");
         d.woken(t0);
         assert_eq!(d.spin_budget(t0 + us(10)), Some(us(50)));
-        assert_eq!(d.spin_budget(t0 + us(10)), None, "one judgement per wake-up");
+        assert_eq!(
+            d.spin_budget(t0 + us(10)),
+            None,
+            "one judgement per wake-up"
+        );
         d.woken(t0);
-        assert_eq!(d.spin_budget(t0 + us(80)), None, "busy longer than the threshold");
+        assert_eq!(
+            d.spin_budget(t0 + us(80)),
+            None,
+            "busy longer than the threshold"
+        );
     }
 
     #[test]

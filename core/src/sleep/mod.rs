@@ -102,15 +102,6 @@ impl Sleep {
         self.wake_sleeper(true)
     }
 
-    /// Wakes one sleeper even if others are searching (used when a thread
-    /// goes into a blocking region and its work needs another runner).
-    pub(crate) fn notify_one_forced(&self) -> bool {
-        if sleeping(self.state.load(SeqCst)) == 0 {
-            return false;
-        }
-        self.wake_sleeper(false)
-    }
-
     /// Wakes everybody (shutdown).
     pub(crate) fn notify_all(&self) {
         while self.wake_sleeper(false) {}
@@ -131,6 +122,17 @@ impl Sleep {
         };
         self.parkers[index].unpark();
         true
+    }
+
+    /// Wakes worker `index` if it is parked (a latch it waits on was set).
+    /// A no-op when it is awake: it re-checks its latch before parking.
+    pub(crate) fn wake_worker(&self, index: usize) -> bool {
+        if self.cancel_sleep(index) {
+            self.parkers[index].unpark();
+            true
+        } else {
+            false
+        }
     }
 
     /// Takes `index` off the sleepers list if nobody has woken it yet.
@@ -161,7 +163,11 @@ impl Sleep {
         {
             let mut sleepers = lock(&self.sleepers);
             sleepers.push(index);
-            let delta = if was_searching { SLEEPER.wrapping_sub(SEARCHER) } else { SLEEPER };
+            let delta = if was_searching {
+                SLEEPER.wrapping_sub(SEARCHER)
+            } else {
+                SLEEPER
+            };
             self.state.fetch_add(delta, SeqCst);
         }
         if has_work() && self.cancel_sleep(index) {
@@ -189,7 +195,10 @@ struct Parker {
 
 impl Parker {
     fn new() -> Parker {
-        Parker { notified: Mutex::new(false), cv: Condvar::new() }
+        Parker {
+            notified: Mutex::new(false),
+            cv: Condvar::new(),
+        }
     }
 
     /// Returns true if notified, false on timeout. Consumes the notification.

@@ -1,0 +1,389 @@
+//! Adding and retiring threads: thread creation, blocking regions and their
+//! compensation, and the starvation monitor.
+//!
+//! Invariants:
+//! - `threads` counts reserved-or-running workers and never exceeds
+//!   `max_threads`, nor drops below `min_threads` through retirement (both
+//!   enforced by CAS loops on `threads` alone).
+//! - `blocked` counts pool threads inside a blocking region (or a wait past
+//!   the help-depth cap). Entering one while work is visible makes sure some
+//!   other thread will run it: a parked worker is woken, or, when queued
+//!   work outnumbers the idle threads, threads are started (up to max; see
+//!   `compensate_blocked`). A submission that finds nobody to wake while
+//!   `blocked > 0` does the same, so work that arrives after the region
+//!   began is covered too.
+//! - The monitor adds threads only while queued work exists, no thread is
+//!   idle, and the backlog is not shrinking across an interval.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::{Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_deque::Worker;
+
+use crate::config::Growth;
+use crate::job::JobRef;
+use crate::registry::{RUNNING, Registry};
+use crate::sync::lock;
+use crate::worker::WorkerThread;
+
+impl Registry {
+    /// Starts one worker thread if below `max_threads`. `injected` marks a
+    /// thread added by the starvation monitor. Never panics: a failed
+    /// `std::thread::spawn` is counted and the pool goes on as it was.
+    pub(crate) fn spawn_worker(self: &Arc<Self>, injected: bool) -> bool {
+        let max = self.config.max_threads;
+        let reserved = self
+            .threads
+            .fetch_update(SeqCst, SeqCst, |n| (n < max).then_some(n + 1));
+        let Ok(before) = reserved else { return false };
+        let Some(index) = self.claim_slot() else {
+            self.threads.fetch_sub(1, SeqCst);
+            return false;
+        };
+        let slot = &self.slots[index];
+        let Some(deque) = lock(&slot.deque).take() else {
+            // Cannot happen: an unoccupied slot always holds its deque.
+            slot.occupied.store(false, SeqCst);
+            self.threads.fetch_sub(1, SeqCst);
+            return false;
+        };
+        self.high_water.fetch_max(index + 1, SeqCst);
+        self.sleep.add_searcher();
+        self.running_threads.fetch_add(1, SeqCst);
+        let registry = self.clone();
+        let mut builder =
+            std::thread::Builder::new().name(format!("{}-{}", self.config.name, index));
+        if let Some(size) = self.config.stack_size {
+            builder = builder.stack_size(size);
+        }
+        // The deque travels to the thread; on a spawn failure it comes back.
+        let carrier = Arc::new(Mutex::new(Some(deque)));
+        let carried = carrier.clone();
+        let spawned = builder.spawn(move || {
+            let deque = lock(&carried).take();
+            drop(carried);
+            if let Some(deque) = deque {
+                WorkerThread::run(registry, index, deque, injected);
+            }
+        });
+        match spawned {
+            Ok(handle) => {
+                let previous = lock(&slot.join).replace(handle);
+                if let Some(previous) = previous {
+                    // The slot's previous thread has released it: it is done.
+                    let _ = previous.join();
+                }
+                self.counters.threads_started.fetch_add(1, Relaxed);
+                self.counters.peak_threads.fetch_max(before + 1, Relaxed);
+                if injected {
+                    self.counters.starvation_injections.fetch_add(1, Relaxed);
+                }
+                self.monitor.kick(self);
+                true
+            }
+            Err(_) => {
+                if let Some(deque) = lock(&carrier).take() {
+                    *lock(&slot.deque) = Some(deque);
+                }
+                slot.occupied.store(false, SeqCst);
+                self.running_threads.fetch_sub(1, SeqCst);
+                self.threads.fetch_sub(1, SeqCst);
+                if self.sleep.stop_searching() && self.has_visible_work() {
+                    self.sleep.notify_one();
+                }
+                self.counters.spawn_failures.fetch_add(1, Relaxed);
+                false
+            }
+        }
+    }
+
+    fn claim_slot(&self) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.occupied
+                .compare_exchange(false, true, SeqCst, SeqCst)
+                .is_ok()
+        })
+    }
+
+    /// A worker's last act: leftover jobs go to the injector (none are lost),
+    /// the deque goes back to its slot, and the slot is freed.
+    pub(crate) fn release_slot(self: Arc<Self>, index: usize, deque: Worker<JobRef>) {
+        let mut moved = false;
+        while let Some(job) = deque.pop() {
+            self.injector.push(job);
+            moved = true;
+        }
+        let slot = &self.slots[index];
+        *lock(&slot.deque) = Some(deque);
+        slot.occupied.store(false, SeqCst);
+        self.counters.threads_retired.fetch_add(1, Relaxed);
+        if moved {
+            self.wake_for_new_work();
+        }
+        if self.running_threads.fetch_sub(1, SeqCst) == 1 {
+            self.exited.notify();
+        }
+    }
+
+    /// An idle worker past keep-alive asks to retire; refused at `min_threads`.
+    pub(crate) fn try_retire(&self) -> bool {
+        let min = self.config.min_threads;
+        self.threads
+            .fetch_update(SeqCst, SeqCst, |n| (n > min).then(|| n - 1))
+            .is_ok()
+    }
+
+    /// The calling pool thread starts blocking (see the module invariants).
+    pub(crate) fn enter_blocked(self: &Arc<Self>) -> BlockedGuard {
+        self.blocked.fetch_add(1, SeqCst);
+        if self.has_visible_work() && !self.sleep.notify_one() {
+            self.compensate_blocked();
+        }
+        BlockedGuard {
+            registry: self.clone(),
+        }
+    }
+
+    /// Lends threads while threads are blocked and queued work has nobody
+    /// to run it: as many as tasks are waiting beyond the idle threads, at
+    /// most two per call. Two per blocking entry ramps the pool up
+    /// geometrically under a burst of blocking tasks (each new thread that
+    /// blocks lends two more), and the backlog bounds it, so a trickle of
+    /// blocking work lends a thread, not dozens.
+    #[cold]
+    pub(crate) fn compensate_blocked(self: &Arc<Self>) {
+        if self.config.growth == Growth::Fixed || self.state() != RUNNING {
+            return;
+        }
+        let (searching, sleeping) = self.sleep.counts();
+        let waiting = self.queued_now().saturating_sub(searching + sleeping);
+        for _ in 0..waiting.min(2) {
+            if !self.spawn_worker(false) {
+                break;
+            }
+        }
+    }
+}
+
+/// Ends a blocked period when dropped.
+pub(crate) struct BlockedGuard {
+    registry: Arc<Registry>,
+}
+
+impl Drop for BlockedGuard {
+    fn drop(&mut self) {
+        self.registry.blocked.fetch_sub(1, SeqCst);
+    }
+}
+
+thread_local! {
+    static BLOCKING: std::cell::RefCell<Vec<BlockedGuard>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks the start of a blocking region on the calling thread (a pool
+/// worker; elsewhere this does nothing). While inside, the pool treats the
+/// thread as unavailable and lends another one if work is waiting. Regions
+/// nest; each `blocking_begin` needs one [`blocking_end`].
+pub fn blocking_begin() {
+    let Some(worker) = WorkerThread::current() else {
+        return;
+    };
+    let depth = worker.blocking_depth.get();
+    worker.blocking_depth.set(depth + 1);
+    if depth == 0 {
+        let guard = worker.registry.enter_blocked();
+        BLOCKING.with(|b| b.borrow_mut().push(guard));
+    }
+}
+
+/// Ends a blocking region. An unbalanced call is ignored.
+pub fn blocking_end() {
+    let Some(worker) = WorkerThread::current() else {
+        return;
+    };
+    let depth = worker.blocking_depth.get();
+    if depth == 0 {
+        return;
+    }
+    worker.blocking_depth.set(depth - 1);
+    if depth == 1 {
+        BLOCKING.with(|b| drop(b.borrow_mut().pop()));
+    }
+}
+
+/// Runs `f` as a blocking region: use it around code that waits for
+/// something other than the pool (I/O, sleeps, foreign locks). On a pool
+/// thread the pool lends a compensating thread at once if work is waiting;
+/// off the pool it just calls `f`.
+pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    struct End;
+    impl Drop for End {
+        fn drop(&mut self) {
+            blocking_end();
+        }
+    }
+    blocking_begin();
+    let _end = End;
+    f()
+}
+
+/// The starvation monitor: one thread per Adaptive pool, started with it.
+///
+/// Every `monitor_interval` while the pool is busy it reads the backlog
+/// (`queued`), the idle count, the tasks completed during the interval and
+/// the process's CPU time. The pool is starving when work is queued, no
+/// worker is idle, the CPU is not saturated (so the workers are blocked,
+/// not busy: adding threads to CPU-bound work would only oversubscribe),
+/// and the backlog would take more than two intervals at the current
+/// completion rate. It then injects `min(queued, threads)` threads (at
+/// least one): the pool at most doubles per interval, fast enough to absorb
+/// a burst of blocked tasks in a handful of intervals, and bounded by the
+/// backlog so a trickle of blocking work adds a thread or two, not dozens.
+/// Extras retire after `keep_alive` once idle. When every worker is parked
+/// and nothing is queued it sleeps until the next wake-up of a worker, so
+/// an idle pool wakes nobody.
+#[derive(Default)]
+pub(crate) struct Monitor {
+    state: Mutex<MonitorState>,
+    cv: Condvar,
+    /// The monitor is (about to be) asleep until kicked; see `pause`.
+    idle: std::sync::atomic::AtomicBool,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct MonitorState {
+    kicked: bool,
+    stopped: bool,
+}
+
+impl Monitor {
+    pub(crate) fn start(registry: &Arc<Registry>) -> std::io::Result<()> {
+        if registry.config.growth != Growth::Adaptive
+            || registry.config.max_threads <= registry.config.min_threads
+        {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(registry);
+        let interval = registry.config.monitor_interval;
+        let handle = std::thread::Builder::new()
+            .name(format!("{}-monitor", registry.config.name))
+            .spawn(move || monitor_loop(weak, interval))?;
+        *lock(&registry.monitor.handle) = Some(handle);
+        Ok(())
+    }
+
+    /// Called after a worker is woken: wakes an idle monitor.
+    #[inline]
+    pub(crate) fn kick(&self, _registry: &Arc<Registry>) {
+        if self.idle.load(SeqCst) {
+            let mut st = lock(&self.state);
+            st.kicked = true;
+            self.cv.notify_one();
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        let mut st = lock(&self.state);
+        st.stopped = true;
+        self.cv.notify_one();
+    }
+
+    pub(crate) fn join(&self) {
+        let handle = lock(&self.handle).take();
+        if let Some(h) = handle
+            && h.thread().id() != std::thread::current().id()
+        {
+            let _ = h.join();
+        }
+    }
+
+    /// Sleeps for `interval`; or, while `pool_idle()` holds, until kicked.
+    /// `idle` is published before `pool_idle` is checked and `kick` reads it
+    /// after waking a worker (both SeqCst), so a kick is never missed.
+    /// Returns false when stopped.
+    fn pause(&self, interval: Duration, pool_idle: impl Fn() -> bool) -> bool {
+        let mut st = lock(&self.state);
+        self.idle.store(true, SeqCst);
+        if pool_idle() {
+            while !st.kicked && !st.stopped {
+                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        self.idle.store(false, SeqCst);
+        if !st.kicked && !st.stopped {
+            st = self
+                .cv
+                .wait_timeout(st, interval)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        st.kicked = false;
+        !st.stopped
+    }
+}
+
+fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut last_completed = 0u64;
+    let mut last_cpu = process_cpu_time();
+    let mut last_tick = std::time::Instant::now();
+    loop {
+        let Some(registry) = weak.upgrade() else {
+            return;
+        };
+        let pool_idle = || {
+            let (_, sleeping) = registry.sleep.counts();
+            sleeping >= registry.live_threads() && registry.queued_now() == 0
+        };
+        if !registry.monitor.pause(interval, pool_idle) || registry.state() != RUNNING {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let cpu = process_cpu_time();
+        let completed = registry.completed_total();
+        let elapsed = now.duration_since(last_tick);
+        let used = match (cpu, last_cpu) {
+            (Some(c), Some(l)) => Some(c.saturating_sub(l)),
+            _ => None,
+        };
+        let per_interval = completed.saturating_sub(last_completed);
+        (last_completed, last_cpu, last_tick) = (completed, cpu, now);
+        let queued = registry.queued_now();
+        let (searching, sleeping) = registry.sleep.counts();
+        let threads = registry.live_threads();
+        let cpu_saturated =
+            used.is_some_and(|u| u.as_secs_f64() >= 0.9 * cores as f64 * elapsed.as_secs_f64());
+        let starving = queued > 0
+            && searching + sleeping == 0
+            && !cpu_saturated
+            && queued as u64 > 2 * per_interval;
+        if starving {
+            for _ in 0..queued.min(threads).max(1) {
+                if !registry.spawn_worker(true) {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// CPU time used by the whole process so far.
+#[cfg(unix)]
+fn process_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer to a timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+#[cfg(not(unix))]
+fn process_cpu_time() -> Option<Duration> {
+    None
+}

@@ -1,0 +1,212 @@
+//! `join(a, b)`: fork-join without heap allocation on pool threads.
+//!
+//! On a worker, `b` is pushed onto the worker's own deque as a job that
+//! lives on this stack frame, `a` runs here, then the worker pops `b` back
+//! and runs it (the common, uncontended case) or, if a thief took it, helps
+//! until the thief is done. The frame cannot return before `b` finished:
+//! every path waits on `b`'s latch, panics included.
+//!
+//! On a foreign thread, `b` is a small shared job in the global queue that
+//! whoever claims it first runs, the caller included, so a join from
+//! outside the pool never waits for a busy pool to get round to `b`.
+
+use std::cell::UnsafeCell;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::SeqCst;
+use std::thread::Result as ThreadResult;
+
+use crate::job::{JobRef, JobVTable};
+use crate::latch::{Awaitable, JoinLatch, OnceLatch};
+use crate::registry::Registry;
+use crate::worker::WorkerThread;
+
+fn count_panic() {
+    if let Some(worker) = WorkerThread::current() {
+        worker.registry.counters.panicked.add(1);
+    }
+}
+
+fn combine<RA, RB>(ra: ThreadResult<RA>, rb: ThreadResult<RB>) -> (RA, RB) {
+    match (ra, rb) {
+        (Ok(ra), Ok(rb)) => (ra, rb),
+        (Err(p), _) | (_, Err(p)) => resume_unwind(p),
+    }
+}
+
+/// The second half of a join, on the joiner's stack.
+struct StackJob<F, R> {
+    func: UnsafeCell<Option<F>>,
+    result: UnsafeCell<Option<ThreadResult<R>>>,
+    latch: JoinLatch,
+}
+
+impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
+    // A join's half must run even when "cancelled" (shutdown): the joiner
+    // is waiting for it. So both entries run it.
+    const VTABLE: JobVTable = JobVTable {
+        run: Self::run_job,
+        cancel: Self::cancel_job,
+    };
+
+    /// # Safety
+    /// The job must not be moved or freed until its latch is set.
+    unsafe fn job_ref(&self) -> JobRef {
+        // SAFETY: the caller keeps `self` alive until the latch is set, and
+        // the job is `Send` because F and R are.
+        unsafe { JobRef::new(NonNull::from(self).cast(), &Self::VTABLE) }
+    }
+
+    unsafe fn run_job(data: NonNull<()>) -> bool {
+        let this = data.cast::<Self>().as_ptr() as *const Self;
+        // SAFETY: live until the latch is set below; only one runner.
+        unsafe {
+            let func = (*(*this).func.get()).take().expect("join half runs once");
+            let result = catch_unwind(AssertUnwindSafe(func));
+            if result.is_err() {
+                count_panic();
+            }
+            *(*this).result.get() = Some(result);
+            JoinLatch::set(&(*this).latch);
+        }
+        true
+    }
+
+    unsafe fn cancel_job(data: NonNull<()>) {
+        // SAFETY: as for run_job.
+        unsafe { Self::run_job(data) };
+    }
+
+    fn into_result(self) -> ThreadResult<R> {
+        self.result.into_inner().expect("join half finished")
+    }
+}
+
+pub(crate) fn join_on_worker<A, B, RA, RB>(worker: &WorkerThread, a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let job_b = StackJob {
+        func: UnsafeCell::new(Some(b)),
+        result: UnsafeCell::new(None),
+        latch: JoinLatch::new(&worker.registry, worker.index),
+    };
+    // SAFETY: `job_b` stays on this frame until its latch is set (every
+    // path below waits for it).
+    let b_ref = unsafe { job_b.job_ref() };
+    let b_id = b_ref.id();
+    worker.registry.push_internal(b_ref);
+    let ra = catch_unwind(AssertUnwindSafe(a));
+    while !job_b.latch.probe() {
+        match worker.deque.pop() {
+            Some(job) if job.id() == b_id => {
+                worker.registry.on_dequeue();
+                job.run();
+            }
+            // Work `a` spawned and left behind: run it, then look again.
+            Some(job) => worker.execute(job),
+            None => {
+                worker.wait_until(&job_b.latch, None);
+            }
+        }
+    }
+    combine(ra, job_b.into_result())
+}
+
+/// The second half of a join started off the pool.
+struct SharedJob<F, R> {
+    claimed: AtomicBool,
+    func: UnsafeCell<Option<F>>,
+    result: UnsafeCell<Option<ThreadResult<R>>>,
+    latch: OnceLatch,
+}
+
+// SAFETY: func/result are touched only by the claimer, then read by the
+// joiner after the latch.
+unsafe impl<F: Send, R: Send> Sync for SharedJob<F, R> {}
+
+impl<F: FnOnce() -> R + Send, R: Send> SharedJob<F, R> {
+    const VTABLE: JobVTable = JobVTable {
+        run: Self::run_job,
+        cancel: Self::cancel_job,
+    };
+
+    fn run_if_unclaimed(&self) -> bool {
+        if self.claimed.swap(true, SeqCst) {
+            return false;
+        }
+        // SAFETY: the claimer owns func and result until the latch.
+        unsafe {
+            let func = (*self.func.get()).take().expect("claimed once");
+            let result = catch_unwind(AssertUnwindSafe(func));
+            if result.is_err() {
+                count_panic();
+            }
+            *self.result.get() = Some(result);
+        }
+        self.latch.set();
+        true
+    }
+
+    unsafe fn run_job(data: NonNull<()>) -> bool {
+        // SAFETY: created from Arc::into_raw in `join_foreign`.
+        let this = unsafe { Arc::from_raw(data.as_ptr() as *const Self) };
+        this.run_if_unclaimed()
+    }
+
+    unsafe fn cancel_job(data: NonNull<()>) {
+        // The joiner claims and runs it itself.
+        // SAFETY: as for run_job.
+        drop(unsafe { Arc::from_raw(data.as_ptr() as *const Self) });
+    }
+}
+
+pub(crate) fn join_foreign<A, B, RA, RB>(registry: &Arc<Registry>, a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let job_b = Arc::new(SharedJob {
+        claimed: AtomicBool::new(false),
+        func: UnsafeCell::new(Some(b)),
+        result: UnsafeCell::new(None),
+        latch: OnceLatch::default(),
+    });
+    let raw = NonNull::new(Arc::into_raw(job_b.clone()) as *mut ()).expect("non-null");
+    // SAFETY: an Arc reference is handed to the job; `func` borrows only
+    // data that outlives this call, because the call does not return before
+    // `func` was taken (run here or by a worker, latch set) and the queued
+    // job then holds nothing but empty slots.
+    let job = unsafe { JobRef::new(raw, &SharedJob::<B, RB>::VTABLE) };
+    registry.push_internal(job);
+    let ra = catch_unwind(AssertUnwindSafe(a));
+    if !job_b.run_if_unclaimed() {
+        job_b.latch.block_until(None);
+    }
+    // SAFETY: the latch is set; the claimer is done with `result`.
+    let rb = unsafe { (*job_b.result.get()).take() }.expect("join half finished");
+    combine(ra, rb)
+}
+
+/// Runs `a` and `b`, potentially in parallel, and returns both results.
+/// On a pool thread it forks onto that pool; elsewhere it runs `a` then `b`
+/// on the caller (use [`crate::Pool::join`] to fork from outside a pool).
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    match WorkerThread::current() {
+        Some(worker) => join_on_worker(worker, a, b),
+        None => (a(), b()),
+    }
+}

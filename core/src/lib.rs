@@ -1,0 +1,67 @@
+//! # wspool
+//!
+//! A work-stealing thread pool: per-worker lock-free deques (owner LIFO,
+//! thieves FIFO in batches), a fair global queue for foreign submitters,
+//! debounce spinning that switches itself off, help-while-waiting, blocking
+//! regions with compensating threads, and a starvation monitor.
+//!
+//! ```
+//! let pool = wspool::Pool::builder().min_threads(2).build().unwrap();
+//! let h = pool.submit(|| 6 * 7).unwrap();
+//! assert_eq!(h.wait().unwrap(), 42);
+//! let (a, b) = pool.join(|| 1 + 1, || 2 + 2);
+//! assert_eq!((a, b), (2, 4));
+//! let mut data = vec![1, 2, 3];
+//! pool.scope(|s| {
+//!     for x in data.iter_mut() {
+//!         s.spawn(move || *x *= 10);
+//!     }
+//! });
+//! assert_eq!(data, [10, 20, 30]);
+//! ```
+//!
+//! Module map: `registry` (shared state, admission, shutdown), `worker`
+//! (main loop, find-task order, help-while-waiting), `sleep` (parking and
+//! waking, debounce spinning; protocol in `sleep/README.md`), `growth`
+//! (threads, blocking regions, starvation monitor), `job`/`latch` (the
+//! units of work and what waiters wait on), `task`/`group`/`scope`/
+//! `serial`/`join` (the ways to submit), `stats`, `config`, `error`.
+
+mod config;
+mod error;
+mod group;
+mod growth;
+mod job;
+mod join;
+mod latch;
+mod pool;
+mod registry;
+mod scope;
+mod serial;
+mod sleep;
+mod stats;
+mod sync;
+mod task;
+mod worker;
+
+pub use config::{
+    Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth,
+    MAX_THREADS_LIMIT, Reject,
+};
+pub use error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
+pub use group::Group;
+pub use growth::{blocking, blocking_begin, blocking_end};
+pub use join::join;
+pub use pool::{Pool, Shutdown, SpawnOptions};
+pub use scope::Scope;
+pub use serial::SerialQueue;
+pub use stats::Stats;
+pub use task::{TaskHandle, TaskState};
+pub use worker::current_index;
+
+/// Internals exposed for the loom model checks (`--cfg loom`) only.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::sleep::{Sleep, Wake};
+}

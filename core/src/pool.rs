@@ -1,0 +1,262 @@
+//! The public handle.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Builder;
+use crate::error::{ConfigError, ShutdownTimedOut, SpawnError};
+use crate::group::Group;
+use crate::growth::Monitor;
+use crate::job::HeapJob;
+use crate::join::{join_foreign, join_on_worker};
+use crate::registry::Registry;
+use crate::scope::{Scope, run_scope};
+use crate::serial::SerialQueue;
+use crate::stats::Stats;
+use crate::task::TaskHandle;
+
+/// How [`Pool::shutdown`] treats work that is queued but not started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Run everything already queued (and what it spawns), then stop.
+    Drain,
+    /// Drop everything not yet started (each task's cancel path runs), let
+    /// running tasks finish, then stop.
+    Cancel,
+}
+
+/// Where a submission goes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SpawnOptions<'a> {
+    /// Skip the submitting worker's own deque and use the global queue, so
+    /// the task is ordered fairly with foreign submissions.
+    pub global: bool,
+    /// Count the task toward this group (it must belong to the same pool).
+    pub group: Option<&'a Group>,
+}
+
+/// A work-stealing thread pool. Cheap to clone; when the last clone is
+/// dropped the pool drains its queue and joins its threads (unless that
+/// happens on one of its own threads, which then exit on their own).
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+/// Owns the shutdown-on-drop; tasks, groups and queues hold the registry
+/// directly so they never keep a pool alive.
+struct PoolInner {
+    registry: Arc<Registry>,
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        let registry = &self.registry;
+        if registry.pid != std::process::id() {
+            // A forked child: the parent's threads do not exist here.
+            return;
+        }
+        registry.begin_shutdown(false);
+        if registry.current_worker().is_none() {
+            registry.wait_for_exit(None);
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("name", &self.inner.registry.config.name)
+            .field("threads", &self.inner.registry.live_threads())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// A builder with every default.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// A pool with every default.
+    pub fn new() -> Result<Pool, ConfigError> {
+        Builder::default().build()
+    }
+
+    pub(crate) fn start(config: Builder) -> Result<Pool, ConfigError> {
+        let min = config.min_threads;
+        let registry = Arc::new(Registry::new(config));
+        let pool = Pool {
+            inner: Arc::new(PoolInner {
+                registry: registry.clone(),
+            }),
+        };
+        for _ in 0..min {
+            if !registry.spawn_worker(false) {
+                break;
+            }
+        }
+        if registry.live_threads() == 0 {
+            return Err(ConfigError::new("could not start any worker thread"));
+        }
+        if let Err(e) = Monitor::start(&registry) {
+            return Err(ConfigError::new(format!(
+                "could not start the monitor thread: {e}"
+            )));
+        }
+        Ok(pool)
+    }
+
+    fn registry(&self) -> &Arc<Registry> {
+        &self.inner.registry
+    }
+
+    /// Runs `f` on the pool, fire and forget. From a pool thread it goes to
+    /// that thread's deque (LIFO, stealable); from elsewhere to the global
+    /// queue. On refusal the task comes back in the error.
+    pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
+        self.spawn_with(SpawnOptions::default(), f)
+    }
+
+    /// Like `spawn`, always through the global queue (fairness).
+    pub fn spawn_global<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
+        self.spawn_with(
+            SpawnOptions {
+                global: true,
+                group: None,
+            },
+            f,
+        )
+    }
+
+    /// `spawn` with options.
+    pub fn spawn_with<F: FnOnce() + Send + 'static>(
+        &self,
+        opts: SpawnOptions<'_>,
+        f: F,
+    ) -> Result<(), SpawnError<F>> {
+        match opts.group {
+            Some(group) => group.spawn_inner(f, opts.global),
+            None => self
+                .registry()
+                .submit_job(f, opts.global, HeapJob::into_job_ref),
+        }
+    }
+
+    /// Runs `f` on the pool and returns a handle to its result.
+    pub fn submit<F, T>(&self, f: F) -> Result<TaskHandle<T>, SpawnError<F>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.submit_with(SpawnOptions::default(), f)
+    }
+
+    /// `submit` with options.
+    pub fn submit_with<F, T>(
+        &self,
+        opts: SpawnOptions<'_>,
+        f: F,
+    ) -> Result<TaskHandle<T>, SpawnError<F>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if let Some(group) = opts.group {
+            return group.submit_inner(f, opts.global);
+        }
+        let registry = self.registry();
+        let mut handle = None;
+        registry.submit_job(f, opts.global, |f| {
+            let (h, job) = TaskHandle::new(registry, f);
+            handle = Some(h);
+            job
+        })?;
+        Ok(handle.expect("submit_job builds the job when it accepts"))
+    }
+
+    /// Runs `a` and `b`, potentially in parallel; returns when both are
+    /// done. On a thread of this pool, `b` is offered to thieves without a
+    /// heap allocation and `a` runs here; a panic in either is re-raised
+    /// after both finished.
+    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        match self.registry().current_worker() {
+            Some(worker) => join_on_worker(worker, a, b),
+            None => join_foreign(self.registry(), a, b),
+        }
+    }
+
+    /// Structured parallelism with borrowing: every task spawned on the scope
+    /// finishes before `scope` returns (the caller helps while it waits).
+    pub fn scope<'env, F, R>(&self, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+    {
+        run_scope(self.registry(), f)
+    }
+
+    /// A new, empty group on this pool.
+    pub fn group(&self) -> Group {
+        Group::new(self.registry().clone())
+    }
+
+    /// A new serial queue on this pool.
+    pub fn serial(&self) -> SerialQueue {
+        SerialQueue::new(self.registry().clone())
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.registry().stats()
+    }
+
+    /// Stops the pool: no new work is accepted (`SubmitErrorKind::Shutdown`),
+    /// queued work is run (`Drain`) or dropped unrun (`Cancel`), and the
+    /// threads are joined, waiting at most `timeout` (`None`: forever).
+    /// Idempotent; `Cancel` after a timed-out `Drain` upgrades it. Called on
+    /// one of the pool's own threads it does not wait for itself: it returns
+    /// once the others are told to stop.
+    pub fn shutdown(
+        &self,
+        mode: Shutdown,
+        timeout: Option<Duration>,
+    ) -> Result<(), ShutdownTimedOut> {
+        let registry = self.registry();
+        registry.begin_shutdown(mode == Shutdown::Cancel);
+        if registry.current_worker().is_some() {
+            return Ok(());
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        if registry.wait_for_exit(deadline) {
+            Ok(())
+        } else {
+            Err(ShutdownTimedOut)
+        }
+    }
+
+    /// True once `shutdown` began (or the pool is being dropped).
+    pub fn is_shutdown(&self) -> bool {
+        self.registry().state() != crate::registry::RUNNING
+    }
+
+    /// True on the worker threads of this pool.
+    pub fn is_pool_thread(&self) -> bool {
+        self.registry().current_worker().is_some()
+    }
+
+    /// The configured minimum number of threads.
+    pub fn min_threads(&self) -> usize {
+        self.registry().config.min_threads
+    }
+
+    /// The configured maximum number of threads.
+    pub fn max_threads(&self) -> usize {
+        self.registry().config.max_threads
+    }
+}

@@ -1,0 +1,479 @@
+//! The pool's shared state: queues, worker slots, admission, shutdown.
+//!
+//! Worker slots are allocated once for `max_threads`; each holds the stealer
+//! half of a deque for its whole life, and the owner half while a thread
+//! occupies the slot. Threads come and go (growth, retirement) without ever
+//! reallocating what thieves read, so stealing needs no lock.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_utils::CachePadded;
+
+use crate::config::{Builder, Growth, Reject};
+use crate::error::{SpawnError, SubmitErrorKind};
+use crate::growth::Monitor;
+use crate::job::{HeapJob, JobRef};
+use crate::latch::Signal;
+use crate::sleep::Sleep;
+use crate::stats::{self, QueueDelay, SharedCounters, Stats, WorkerCounters, bump};
+use crate::sync::lock;
+use crate::worker::WorkerThread;
+
+pub(crate) const RUNNING: u8 = 0;
+pub(crate) const DRAINING: u8 = 1;
+pub(crate) const CANCELLING: u8 = 2;
+
+/// One worker position. See the module comment.
+pub(crate) struct Slot {
+    pub(crate) stealer: Stealer<JobRef>,
+    /// The owner half, parked here while no thread occupies the slot.
+    pub(crate) deque: Mutex<Option<Worker<JobRef>>>,
+    /// A thread holds this slot (set before its thread starts, cleared
+    /// after it stops touching the slot).
+    pub(crate) occupied: AtomicBool,
+    pub(crate) counters: CachePadded<WorkerCounters>,
+    pub(crate) join: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// How a submission is to be carried out, once admitted.
+pub(crate) enum Admission {
+    Queue,
+    RunOnCaller,
+}
+
+pub(crate) struct Registry {
+    pub(crate) config: Builder,
+    /// Cached `config.tracks_queue()`.
+    tracks_queue: bool,
+    pub(crate) injector: Injector<JobRef>,
+    pub(crate) slots: Box<[Slot]>,
+    pub(crate) sleep: Sleep,
+    /// Live worker threads (reserved before spawn, released at retirement).
+    pub(crate) threads: AtomicUsize,
+    /// Slots `[0, high_water)` may hold a thread; thieves scan only those.
+    pub(crate) high_water: AtomicUsize,
+    /// Threads in a blocking region (or parked in a wait past the help cap).
+    pub(crate) blocked: AtomicUsize,
+    /// Worker threads that have not finished exiting (shutdown waits on it).
+    pub(crate) running_threads: AtomicUsize,
+    pub(crate) exited: Signal,
+    /// RUNNING, DRAINING or CANCELLING.
+    pub(crate) state: AtomicU8,
+    /// Tasks waiting in the queues, kept exact only when `tracks_queue`.
+    queued: AtomicUsize,
+    /// Submitters waiting for room (Reject::Block).
+    room: Signal,
+    pub(crate) counters: SharedCounters,
+    pub(crate) delay: QueueDelay,
+    pub(crate) monitor: Monitor,
+    /// The process that created the pool (a forked child must not join).
+    pub(crate) pid: u32,
+}
+
+impl Registry {
+    pub(crate) fn new(config: Builder) -> Registry {
+        let max = config.max_threads;
+        let slots = (0..max)
+            .map(|_| {
+                let w = Worker::new_lifo();
+                Slot {
+                    stealer: w.stealer(),
+                    deque: Mutex::new(Some(w)),
+                    occupied: AtomicBool::new(false),
+                    counters: CachePadded::new(WorkerCounters::default()),
+                    join: Mutex::new(None),
+                }
+            })
+            .collect();
+        Registry {
+            tracks_queue: config.tracks_queue(),
+            config,
+            injector: Injector::new(),
+            slots,
+            sleep: Sleep::new(max),
+            threads: AtomicUsize::new(0),
+            high_water: AtomicUsize::new(0),
+            blocked: AtomicUsize::new(0),
+            running_threads: AtomicUsize::new(0),
+            exited: Signal::default(),
+            state: AtomicU8::new(RUNNING),
+            queued: AtomicUsize::new(0),
+            room: Signal::default(),
+            counters: SharedCounters::default(),
+            delay: QueueDelay::default(),
+            monitor: Monitor::default(),
+            pid: std::process::id(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> u8 {
+        self.state.load(Acquire)
+    }
+
+    pub(crate) fn live_threads(&self) -> usize {
+        self.threads.load(SeqCst)
+    }
+
+    /// The worker this thread is, if it belongs to this pool.
+    pub(crate) fn current_worker(&self) -> Option<&WorkerThread> {
+        WorkerThread::current().filter(|w| std::ptr::eq(Arc::as_ptr(&w.registry), self))
+    }
+
+    // ---------------------------------------------------------------- submit
+
+    /// Refuses new work once shutdown began (pool threads may still add work
+    /// while draining: it is part of what is being drained).
+    pub(crate) fn check_open(&self) -> Result<(), SubmitErrorKind> {
+        match self.state() {
+            RUNNING => Ok(()),
+            DRAINING if self.current_worker().is_some() => Ok(()),
+            _ => Err(SubmitErrorKind::Shutdown),
+        }
+    }
+
+    pub(crate) fn count_submitted(&self) {
+        match self.current_worker() {
+            Some(worker) => bump(&worker.counters().submitted),
+            None => self.counters.submitted.add(1),
+        }
+    }
+
+    /// Decides whether a submission may enter the pool. Runs before the task
+    /// is boxed, so a refusal can hand the caller its task back.
+    pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, SubmitErrorKind> {
+        self.check_open()?;
+        if !self.tracks_queue {
+            return Ok(Admission::Queue);
+        }
+        self.admit_counted()
+    }
+
+    #[cold]
+    fn admit_counted(self: &Arc<Self>) -> Result<Admission, SubmitErrorKind> {
+        let capacity = self.config.queue_capacity;
+        let deadline = match self.config.reject {
+            Reject::BlockFor(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        loop {
+            let waiting = self.queued.fetch_add(1, SeqCst) + 1;
+            let grew = self.grow_for_submission(waiting);
+            if capacity == 0 || waiting <= capacity || grew {
+                return Ok(Admission::Queue);
+            }
+            match self.config.reject {
+                Reject::Abort => {}
+                Reject::CallerRuns => {
+                    self.queued.fetch_sub(1, SeqCst);
+                    return Ok(Admission::RunOnCaller);
+                }
+                Reject::DiscardOldest => {
+                    if self.discard_oldest() {
+                        return Ok(Admission::Queue);
+                    }
+                }
+                Reject::Block | Reject::BlockFor(_) => {
+                    self.queued.fetch_sub(1, SeqCst);
+                    // A pool thread must not wait for room it would make.
+                    if self.current_worker().is_none()
+                        && self.room.wait_until(
+                            || self.queued.load(SeqCst) < capacity || self.state() != RUNNING,
+                            deadline,
+                        )
+                    {
+                        if self.state() != RUNNING {
+                            return Err(SubmitErrorKind::Shutdown);
+                        }
+                        continue;
+                    }
+                    self.counters.rejected.add(1);
+                    return Err(SubmitErrorKind::Rejected);
+                }
+            }
+            self.queued.fetch_sub(1, SeqCst);
+            self.counters.rejected.add(1);
+            return Err(SubmitErrorKind::Rejected);
+        }
+    }
+
+    /// ScaleFirst / QueueFirst growth at submission time. Returns true when a
+    /// thread was started for this task.
+    fn grow_for_submission(self: &Arc<Self>, waiting: usize) -> bool {
+        let want = match self.config.growth {
+            Growth::ScaleFirst => {
+                let (searching, sleeping) = self.sleep.counts();
+                waiting > searching + sleeping
+            }
+            Growth::QueueFirst => waiting > self.config.queue_capacity,
+            Growth::Adaptive | Growth::Fixed => false,
+        };
+        want && self.spawn_worker(false)
+    }
+
+    /// Evicts the oldest task in the global queue to make room; its cancel
+    /// path runs. Deque tasks are never evicted: they belong to running work.
+    fn discard_oldest(&self) -> bool {
+        loop {
+            match self.injector.steal() {
+                Steal::Success(job) => {
+                    self.on_dequeue();
+                    self.counters.cancelled.add(1);
+                    drop_job_quietly(job);
+                    return true;
+                }
+                Steal::Empty => return false,
+                Steal::Retry => continue,
+            }
+        }
+    }
+
+    /// Admission, then the push. `into_job` boxes the task only once it is
+    /// admitted.
+    pub(crate) fn submit_job<F>(
+        self: &Arc<Self>,
+        task: F,
+        global: bool,
+        into_job: impl FnOnce(F) -> JobRef,
+    ) -> Result<(), SpawnError<F>> {
+        match self.admit() {
+            Err(kind) => Err(SpawnError::new(kind, task)),
+            Ok(Admission::RunOnCaller) => {
+                self.counters.submitted.add(1);
+                self.run_on_caller(into_job(task));
+                Ok(())
+            }
+            Ok(Admission::Queue) => {
+                let job = into_job(task);
+                let job = if stats::should_sample_delay() {
+                    sampled(job)
+                } else {
+                    job
+                };
+                self.push(job, global);
+                Ok(())
+            }
+        }
+    }
+
+    /// Pushes an admitted job and wakes a worker if nobody is searching.
+    #[inline]
+    pub(crate) fn push(self: &Arc<Self>, job: JobRef, global: bool) {
+        match self.current_worker() {
+            Some(worker) => {
+                bump(&worker.counters().submitted);
+                if global {
+                    self.injector.push(job);
+                } else {
+                    worker.deque.push(job);
+                }
+            }
+            None => {
+                self.counters.submitted.add(1);
+                self.injector.push(job);
+            }
+        }
+        self.wake_for_new_work();
+    }
+
+    /// Pushes a job that bypasses admission (the second half of a `join`,
+    /// a serial queue's next turn): it must run, so it cannot be refused.
+    pub(crate) fn push_internal(self: &Arc<Self>, job: JobRef) {
+        if self.tracks_queue {
+            self.queued.fetch_add(1, SeqCst);
+        }
+        match self.current_worker() {
+            Some(worker) => worker.deque.push(job),
+            None => self.injector.push(job),
+        }
+        self.wake_for_new_work();
+    }
+
+    #[inline]
+    pub(crate) fn wake_for_new_work(self: &Arc<Self>) {
+        if self.sleep.notify_one() {
+            self.monitor.kick(self);
+        } else if self.blocked.load(Relaxed) > 0 {
+            self.compensate_blocked();
+        }
+    }
+
+    /// Every job taken out of a queue passes here exactly once.
+    #[inline]
+    pub(crate) fn on_dequeue(&self) {
+        if self.tracks_queue {
+            self.queued.fetch_sub(1, SeqCst);
+            self.room.notify();
+        }
+    }
+
+    /// Runs a job on a thread that is not (necessarily) a worker.
+    pub(crate) fn run_on_caller(&self, job: JobRef) {
+        match catch_unwind(AssertUnwindSafe(|| job.run())) {
+            Ok(_) => self.counters.completed_off_pool.add(1),
+            Err(payload) => {
+                self.counters.completed_off_pool.add(1);
+                self.counters.panicked.add(1);
+                drop_payload(payload);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------- queries
+
+    /// Is there a job any worker could take right now?
+    pub(crate) fn has_visible_work(&self) -> bool {
+        if !self.injector.is_empty() {
+            return true;
+        }
+        let n = self.high_water.load(Acquire);
+        self.slots[..n].iter().any(|s| !s.stealer.is_empty())
+    }
+
+    pub(crate) fn queued_now(&self) -> usize {
+        if self.tracks_queue {
+            return self.queued.load(SeqCst);
+        }
+        let n = self.high_water.load(Acquire);
+        self.injector.len()
+            + self.slots[..n]
+                .iter()
+                .map(|s| s.stealer.len())
+                .sum::<usize>()
+    }
+
+    pub(crate) fn completed_total(&self) -> u64 {
+        let n = self.high_water.load(Acquire);
+        self.slots[..n]
+            .iter()
+            .map(|s| s.counters.completed.load(Relaxed))
+            .sum::<u64>()
+            + self.counters.completed_off_pool.sum()
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let n = self.high_water.load(Acquire);
+        let mut st = Stats::default();
+        let sum = |f: fn(&WorkerCounters) -> u64| {
+            self.slots[..n].iter().map(|s| f(&s.counters)).sum::<u64>()
+        };
+        st.completed = sum(|c| c.completed.load(Relaxed)) + self.counters.completed_off_pool.sum();
+        st.local_pops = sum(|c| c.local_pops.load(Relaxed));
+        st.global_pops = sum(|c| c.global_pops.load(Relaxed));
+        st.steals = sum(|c| c.steals.load(Relaxed));
+        st.spin_hits = sum(|c| c.spin_hits.load(Relaxed));
+        st.spin_misses = sum(|c| c.spin_misses.load(Relaxed));
+        st.submitted = sum(|c| c.submitted.load(Relaxed)) + self.counters.submitted.sum();
+        st.spin_threshold_ns = self.slots[..n]
+            .iter()
+            .filter(|s| s.occupied.load(Relaxed))
+            .map(|s| s.counters.spin_threshold_ns.load(Relaxed))
+            .max()
+            .unwrap_or(0);
+        let (searching, sleeping) = self.sleep.counts();
+        let threads = self.live_threads();
+        st.threads = threads as u32;
+        st.idle_threads = (searching + sleeping).min(threads) as u32;
+        st.blocked_threads = self.blocked.load(Relaxed) as u32;
+        st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
+        st.rejected = self.counters.rejected.sum();
+        st.cancelled = self.counters.cancelled.sum();
+        st.panicked = self.counters.panicked.sum();
+        st.threads_started = self.counters.threads_started.load(Relaxed);
+        st.threads_retired = self.counters.threads_retired.load(Relaxed);
+        st.starvation_injections = self.counters.starvation_injections.load(Relaxed);
+        st.spawn_failures = self.counters.spawn_failures.load(Relaxed);
+        st.queued = self.queued_now() as u64;
+        (
+            st.queue_delay_p50_ns,
+            st.queue_delay_p99_ns,
+            st.queue_delay_max_ns,
+        ) = self.delay.percentiles();
+        st
+    }
+
+    // ------------------------------------------------------------ shutdown
+
+    /// Moves to DRAINING or CANCELLING (never back), wakes everyone.
+    pub(crate) fn begin_shutdown(self: &Arc<Self>, cancel: bool) {
+        let target = if cancel { CANCELLING } else { DRAINING };
+        self.state.fetch_max(target, SeqCst);
+        if cancel {
+            self.cancel_global_queue();
+        }
+        self.sleep.notify_all();
+        self.room.notify();
+        self.monitor.stop();
+    }
+
+    pub(crate) fn cancel_global_queue(&self) {
+        loop {
+            match self.injector.steal() {
+                Steal::Success(job) => {
+                    self.on_dequeue();
+                    self.cancel_job(job);
+                }
+                Steal::Empty => break,
+                Steal::Retry => continue,
+            }
+        }
+    }
+
+    /// Drops a job unrun; counts it if it was a real task.
+    pub(crate) fn cancel_job(&self, job: JobRef) {
+        self.counters.cancelled.add(1);
+        drop_job_quietly(job);
+    }
+
+    /// Waits for every worker thread to exit, then joins them.
+    pub(crate) fn wait_for_exit(&self, deadline: Option<Instant>) -> bool {
+        if !self
+            .exited
+            .wait_until(|| self.running_threads.load(SeqCst) == 0, deadline)
+        {
+            return false;
+        }
+        for slot in self.slots.iter() {
+            if let Some(handle) = lock(&slot.join).take() {
+                let _ = handle.join();
+            }
+        }
+        self.monitor.join();
+        // Anything a racing submitter pushed after the workers left.
+        if self.state() == CANCELLING || !self.injector.is_empty() {
+            self.cancel_global_queue();
+        }
+        true
+    }
+}
+
+/// A job whose queue delay is measured (one submission in 64 per thread).
+#[cold]
+fn sampled(job: JobRef) -> JobRef {
+    let submitted_at = Instant::now();
+    HeapJob::into_job_ref(move || {
+        if let Some(worker) = WorkerThread::current() {
+            worker.registry.delay.record(submitted_at);
+        }
+        job.run();
+    })
+}
+
+/// Cancels a job; a panic from a destructor is contained.
+pub(crate) fn drop_job_quietly(job: JobRef) {
+    if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(job))) {
+        drop_payload(p);
+    }
+}
+
+/// Drops a panic payload, whose own destructor might panic.
+pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(p);
+    }
+}

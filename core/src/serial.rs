@@ -1,0 +1,149 @@
+//! Serial queues: FIFO, at most one task of a queue running at a time.
+//!
+//! Tasks wait in the queue's own list, not in the pool: only the queue's
+//! current turn is a pool job, so a waiting serial task never occupies a
+//! worker, and the pool interleaves many queues fairly (one task per turn).
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+
+use crate::error::SpawnError;
+use crate::job::{HeapJob, JobRef};
+use crate::registry::{Registry, drop_payload};
+use crate::sync::lock;
+use crate::task::TaskHandle;
+
+/// A FIFO lane on a pool. Cheap to clone. Dropping it does not drop its
+/// pending tasks: they still run, in order.
+#[derive(Clone)]
+pub struct SerialQueue {
+    inner: Arc<SerialInner>,
+}
+
+struct SerialInner {
+    registry: Arc<Registry>,
+    state: Mutex<SerialState>,
+}
+
+struct SerialState {
+    tasks: VecDeque<JobRef>,
+    /// A turn is queued in the pool or running. Invariant: false only when
+    /// `tasks` is empty and no turn job exists.
+    scheduled: bool,
+}
+
+/// The pool job for one turn; dropped unrun, it cancels the whole queue.
+struct Turn(Option<Arc<SerialInner>>);
+
+impl Turn {
+    fn run(mut self) {
+        if let Some(inner) = self.0.take() {
+            SerialInner::run_turn(inner);
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            let tasks: Vec<JobRef> = {
+                let mut st = lock(&inner.state);
+                st.scheduled = false;
+                st.tasks.drain(..).collect()
+            };
+            for job in tasks {
+                inner.registry.cancel_job(job);
+            }
+        }
+    }
+}
+
+impl SerialInner {
+    fn schedule(self: &Arc<Self>) {
+        let turn = Turn(Some(self.clone()));
+        self.registry
+            .push_internal(HeapJob::into_job_ref(move || turn.run()));
+    }
+
+    fn run_turn(self: Arc<Self>) {
+        let job = lock(&self.state).tasks.pop_front();
+        if let Some(job) = job
+            && let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.run()))
+        {
+            self.registry.counters.panicked.add(1);
+            drop_payload(payload);
+        }
+        let more = {
+            let mut st = lock(&self.state);
+            st.scheduled = !st.tasks.is_empty();
+            st.scheduled
+        };
+        if more {
+            self.schedule();
+        }
+    }
+
+    fn enqueue(self: &Arc<Self>, job: JobRef) {
+        let start = {
+            let mut st = lock(&self.state);
+            st.tasks.push_back(job);
+            !std::mem::replace(&mut st.scheduled, true)
+        };
+        self.registry.count_submitted();
+        if start {
+            self.schedule();
+        }
+    }
+}
+
+impl SerialQueue {
+    pub(crate) fn new(registry: Arc<Registry>) -> SerialQueue {
+        SerialQueue {
+            inner: Arc::new(SerialInner {
+                registry,
+                state: Mutex::new(SerialState {
+                    tasks: VecDeque::new(),
+                    scheduled: false,
+                }),
+            }),
+        }
+    }
+
+    /// Appends `f`; it runs after every task queued before it has finished.
+    pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
+        if let Err(kind) = self.inner.registry.check_open() {
+            return Err(SpawnError::new(kind, f));
+        }
+        self.inner.enqueue(HeapJob::into_job_ref(f));
+        Ok(())
+    }
+
+    /// Appends `f` and returns its handle. Waiting on the handle from a pool
+    /// thread helps with other work; it never runs the task out of turn.
+    pub fn submit<F, T>(&self, f: F) -> Result<TaskHandle<T>, SpawnError<F>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if let Err(kind) = self.inner.registry.check_open() {
+            return Err(SpawnError::new(kind, f));
+        }
+        let (handle, job) = TaskHandle::new_detached(&self.inner.registry, f);
+        self.inner.enqueue(job);
+        Ok(handle)
+    }
+
+    /// Tasks queued and not yet started.
+    pub fn pending(&self) -> usize {
+        lock(&self.inner.state).tasks.len()
+    }
+}
+
+impl std::fmt::Debug for SerialQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SerialQueue")
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
