@@ -1,0 +1,174 @@
+# mk/c.mk: the C ABI library (issue 4).
+#
+#   make c-lib        target/release/libwspool.{so,a} (SONAME libwspool.so.0, plus the
+#                     libwspool.so.0 link beside it), after checking include/libwspool.h
+#   make c-header     regenerates include/libwspool.h with the pinned cbindgen
+#   make examples     builds examples-c/bin/{hello,fork_join,pipeline,stats_watch}
+#   make test-c       header check, C suite plain / ASan+UBSan / TSan / valgrind,
+#                     and an installed copy used through pkg-config and CMake
+#   make demo-c       runs the four examples briefly
+#   make bench-c      C API vs a mutex+condvar pool, OpenMP tasks, oneTBB
+#   make install PREFIX=/usr/local [DESTDIR=]   .so/.a/header/wspool.pc/CMake package
+#
+# Other layers link the library through the `c-lib` target and these variables.
+
+C_CC ?= gcc
+C_CXX ?= g++
+C_RELEASE := target/release
+C_LIBDIR_ABS := $(abspath $(C_RELEASE))
+C_HEADER := include/libwspool.h
+C_VERSION := $(shell sed -n 's/^version = "\([0-9.]*\)"/\1/p' Cargo.toml | head -n 1)
+C_VERSION_MAJOR := $(word 1,$(subst ., ,$(C_VERSION)))
+C_VERSION_MINOR := $(word 2,$(subst ., ,$(C_VERSION)))
+C_WARN := -Wall -Wextra -Wpedantic -Werror
+C_CFLAGS := -std=c11 -g $(C_WARN) -Iinclude
+C_LINK := -L$(C_RELEASE) -Wl,-rpath,$(C_LIBDIR_ABS) -lwspool -pthread
+# What a static link of libwspool.a needs (rustc --print native-static-libs).
+C_STATIC_DEPS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+
+CBINDGEN_VERSION := 0.29.4
+CBINDGEN := target/tools/bin/cbindgen
+CBINDGEN_RUN = $(CBINDGEN) -q --config cbindgen.toml --crate wspool-ffi ffi
+
+C_EXAMPLES := hello fork_join pipeline stats_watch
+C_EXAMPLE_BIN := examples-c/bin
+C_TEST_BIN := tests/c/bin
+C_TEST_SRC := tests/c/test_wspool.c tests/c/harness.h
+C_SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+C_SAN_TSAN := -fsanitize=thread
+
+EXAMPLE_TARGETS += c-examples
+TEST_TARGETS += test-c
+DEMO_TARGETS += demo-c
+BENCH_TARGETS += bench-c
+
+.PHONY: c-lib c-build c-header c-header-check c-examples test-c test-c-header test-c-plain \
+        test-c-asan test-c-tsan test-c-valgrind test-c-install demo-c bench-c c-install install
+
+# ---------------------------------------------------------------- library ---
+
+# The pinned cbindgen, built once into target/tools (only when missing).
+$(CBINDGEN):
+	$(CARGO) install cbindgen --version =$(CBINDGEN_VERSION) --locked --root target/tools
+
+c-header: $(CBINDGEN)
+	$(CBINDGEN_RUN) --output $(C_HEADER)
+	@echo "regenerated $(C_HEADER): commit it together with ffi/"
+
+# Fails when the committed header is not what ffi/ + cbindgen.toml produce.
+c-header-check: $(CBINDGEN)
+	@mkdir -p target/c
+	$(CBINDGEN_RUN) --output target/c/libwspool.h
+	@if ! cmp -s target/c/libwspool.h $(C_HEADER); then \
+	  diff -u $(C_HEADER) target/c/libwspool.h | head -n 40; \
+	  echo "$(C_HEADER) is stale: run 'make c-header' and commit it"; exit 1; fi
+	@echo "$(C_HEADER) is up to date"
+
+# cargo build, then the SONAME link so in-tree programs (rpath target/release) run.
+c-build:
+	$(CARGO) build --release -p wspool-ffi
+	ln -sf libwspool.so $(C_RELEASE)/libwspool.so.0
+	@readelf -d $(C_RELEASE)/libwspool.so | grep -q 'SONAME.*\[libwspool.so.0\]' \
+	  || { echo "libwspool.so lacks SONAME libwspool.so.0"; exit 1; }
+
+c-lib: c-header-check c-build
+
+# --------------------------------------------------------------- examples ---
+
+c-examples: c-lib
+	@mkdir -p $(C_EXAMPLE_BIN)
+	for e in $(C_EXAMPLES); do \
+	  $(C_CC) $(C_CFLAGS) -O2 examples-c/$$e.c -o $(C_EXAMPLE_BIN)/$$e $(C_LINK) || exit 1; done
+
+demo-c: c-examples
+	$(C_EXAMPLE_BIN)/hello | tail -n 3
+	$(C_EXAMPLE_BIN)/fork_join
+	$(C_EXAMPLE_BIN)/pipeline | tail -n 3
+	$(C_EXAMPLE_BIN)/stats_watch 2
+
+# ------------------------------------------------------------------ tests ---
+
+test-c: test-c-header test-c-plain test-c-asan test-c-tsan test-c-valgrind test-c-install
+	@echo "test-c: all C suites passed"
+
+# The header is fresh and compiles cleanly as C99, C11 and C++11.
+test-c-header: c-header-check
+	$(C_CC) -std=c99 $(C_WARN) -fsyntax-only -x c $(C_HEADER)
+	$(C_CC) -std=c11 $(C_WARN) -fsyntax-only -x c $(C_HEADER)
+	$(C_CXX) -std=c++11 $(C_WARN) -fsyntax-only -x c++ $(C_HEADER)
+
+$(C_TEST_BIN)/test_wspool: $(C_TEST_SRC) $(C_HEADER) c-build
+	@mkdir -p $(C_TEST_BIN)
+	$(C_CC) $(C_CFLAGS) -O1 -Itests/c tests/c/test_wspool.c -o $@ $(C_LINK)
+
+test-c-plain: c-lib $(C_TEST_BIN)/test_wspool
+	$(C_TEST_BIN)/test_wspool
+
+test-c-asan: c-lib
+	@mkdir -p $(C_TEST_BIN)
+	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_ASAN) -Itests/c tests/c/test_wspool.c -o $(C_TEST_BIN)/test_wspool_asan $(C_LINK)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  WSPOOL_TEST_SCALE=0.5 $(C_TEST_BIN)/test_wspool_asan
+
+# tests/c/tsan.supp explains the suppression; the canary proves TSan still
+# sees a race in C code running on the pool.
+C_TSAN_OPTIONS := halt_on_error=1 die_after_fork=0 suppressions=$(abspath tests/c/tsan.supp)
+test-c-tsan: c-lib
+	@mkdir -p $(C_TEST_BIN)
+	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_TSAN) -Itests/c tests/c/test_wspool.c -o $(C_TEST_BIN)/test_wspool_tsan $(C_LINK)
+	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_TSAN) tests/c/tsan_canary.c -o $(C_TEST_BIN)/tsan_canary $(C_LINK)
+	TSAN_OPTIONS="$(C_TSAN_OPTIONS)" WSPOOL_TEST_SCALE=0.2 $(C_TEST_BIN)/test_wspool_tsan
+	@if TSAN_OPTIONS="$(C_TSAN_OPTIONS) exitcode=66" $(C_TEST_BIN)/tsan_canary > target/c-tsan-canary.log 2>&1; then \
+	  cat target/c-tsan-canary.log; echo "TSan canary: the race was NOT reported"; exit 1; fi
+	@grep -q "ThreadSanitizer: data race" target/c-tsan-canary.log \
+	  || { cat target/c-tsan-canary.log; echo "TSan canary failed without a race report"; exit 1; }
+	@echo "TSan canary: the deliberate race was reported (TSan is not blinded)"
+
+# valgrind: no error, no definite/indirect leak after wspool_destroy. The fork
+# test runs apart without leak checking: a forked child inherits memory that
+# only the parent's (absent) threads referenced.
+C_VALGRIND := valgrind -q --error-exitcode=99 --fair-sched=yes --child-silent-after-fork=yes
+test-c-valgrind: c-lib $(C_TEST_BIN)/test_wspool
+	@command -v valgrind >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y valgrind || { apt-get update && apt-get install -y valgrind; }; \
+	  else echo "valgrind is missing and we are not root: install it (apt-get install valgrind)"; exit 1; fi; }
+	WSPOOL_TEST_SCALE=0.04 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=full \
+	  --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
+	  $(C_TEST_BIN)/test_wspool -fork
+	WSPOOL_TEST_SCALE=0.04 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=no $(C_TEST_BIN)/test_wspool fork
+
+# An installed copy, used through pkg-config (shared and static) and CMake.
+C_ITEST := build/c-install-test
+test-c-install: c-lib
+	rm -rf $(C_ITEST) && mkdir -p $(C_ITEST)
+	$(MAKE) --no-print-directory c-install PREFIX=$(abspath $(C_ITEST))/prefix
+	bash tests/c/install_test.sh $(abspath $(C_ITEST))
+
+# ---------------------------------------------------------------- install ---
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+C_INST_LIB = $(DESTDIR)$(PREFIX)/lib
+C_INST_INC = $(DESTDIR)$(PREFIX)/include
+C_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(C_VERSION)|g' \
+              -e 's|@VERSION_MAJOR@|$(C_VERSION_MAJOR)|g' \
+              -e 's|@VERSION_MINOR@|$(C_VERSION_MINOR)|g' -e 's|@STATIC_DEPS@|$(C_STATIC_DEPS)|g'
+
+install: c-install
+
+c-install: c-lib
+	install -d $(C_INST_LIB)/pkgconfig $(C_INST_LIB)/cmake/wspool $(C_INST_INC)
+	install -m 755 $(C_RELEASE)/libwspool.so $(C_INST_LIB)/libwspool.so.$(C_VERSION)
+	ln -sf libwspool.so.$(C_VERSION) $(C_INST_LIB)/libwspool.so.$(C_VERSION_MAJOR)
+	ln -sf libwspool.so.$(C_VERSION_MAJOR) $(C_INST_LIB)/libwspool.so
+	install -m 644 $(C_RELEASE)/libwspool.a $(C_INST_LIB)/libwspool.a
+	install -m 644 $(C_HEADER) $(C_INST_INC)/libwspool.h
+	$(C_SUBST) ffi/pkg/wspool.pc.in > $(C_INST_LIB)/pkgconfig/wspool.pc
+	$(C_SUBST) ffi/pkg/wspoolConfig.cmake.in > $(C_INST_LIB)/cmake/wspool/wspoolConfig.cmake
+	$(C_SUBST) ffi/pkg/wspoolConfigVersion.cmake.in > $(C_INST_LIB)/cmake/wspool/wspoolConfigVersion.cmake
+	@echo "installed libwspool $(C_VERSION) under $(DESTDIR)$(PREFIX)"
+
+# -------------------------------------------------------------- benchmarks --
+
+bench-c: c-lib
+	bash bench/c/run.sh

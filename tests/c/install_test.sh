@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Uses an installed libwspool (make c-install PREFIX=$1/prefix) the way a
+# user would: pkg-config (shared and static) and CMake's find_package.
+# Fails on any problem; skips only the CMake part, loudly, when cmake is
+# missing and cannot be installed (not root).
+set -euo pipefail
+dir=$1
+prefix=$dir/prefix
+here=$(cd "$(dirname "$0")/../.." && pwd)
+hello=$here/examples-c/hello.c
+lib=$prefix/lib
+
+fail() { echo "install test: $*" >&2; exit 1; }
+
+for f in lib/libwspool.so lib/libwspool.so.0 lib/libwspool.a include/libwspool.h \
+         lib/pkgconfig/wspool.pc lib/cmake/wspool/wspoolConfig.cmake lib/cmake/wspool/wspoolConfigVersion.cmake; do
+  [ -e "$prefix/$f" ] || fail "missing $prefix/$f"
+done
+readelf -d "$lib/libwspool.so" | grep -q 'SONAME.*\[libwspool.so.0\]' || fail "installed library lacks SONAME libwspool.so.0"
+
+# Runs a program with only the installed copy findable; checks it used it.
+check_run() {
+  local exe=$1 want_shared=$2
+  if [ "$want_shared" = yes ]; then
+    readelf -d "$exe" | grep -q 'NEEDED.*\[libwspool.so.0\]' || fail "$exe does not need libwspool.so.0"
+    LD_LIBRARY_PATH=$lib ldd "$exe" | grep -q "$lib/libwspool.so.0" || fail "$exe does not resolve to the installed copy"
+  else
+    if readelf -d "$exe" | grep -q 'NEEDED.*libwspool'; then fail "$exe should be static"; fi
+  fi
+  LD_LIBRARY_PATH=$lib "$exe" > "$exe.out" || { cat "$exe.out"; fail "$exe failed"; }
+  grep -q "ran 100001 tasks" "$exe.out" || { cat "$exe.out"; fail "$exe printed an unexpected result"; }
+  echo "install test: $(basename "$exe") ok"
+}
+
+export PKG_CONFIG_PATH=$lib/pkgconfig
+[ "$(pkg-config --modversion wspool)" = "$(sed -n 's/^version = "\([0-9.]*\)"/\1/p' "$here/Cargo.toml" | head -n 1)" ] \
+  || fail "pkg-config reports version $(pkg-config --modversion wspool)"
+# shellcheck disable=SC2046
+gcc -std=c11 -O2 -Wall -Werror "$hello" -o "$dir/hello_pkgconfig" $(pkg-config --cflags --libs wspool) -pthread
+check_run "$dir/hello_pkgconfig" yes
+# shellcheck disable=SC2046
+gcc -std=c11 -O2 -Wall -Werror "$hello" -o "$dir/hello_pkgconfig_static" $(pkg-config --cflags wspool) \
+  $(pkg-config --static --libs wspool | sed 's/-lwspool\b/-l:libwspool.a/') -pthread
+check_run "$dir/hello_pkgconfig_static" no
+
+if ! command -v cmake >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "install test: cmake is missing; installing Debian's cmake"
+    apt-get install -y cmake >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y cmake >/dev/null; }
+  else
+    echo "install test: SKIPPED the CMake part: cmake is missing and installing it needs root (apt-get install cmake)"
+    exit 0
+  fi
+fi
+cmake -S "$here/tests/c/cmake_consumer" -B "$dir/cmake" -DCMAKE_PREFIX_PATH="$prefix" -DHELLO_SRC="$hello" >/dev/null
+cmake --build "$dir/cmake" >/dev/null
+check_run "$dir/cmake/hello_shared" yes
+check_run "$dir/cmake/hello_static" no
+echo "install test: pkg-config and CMake consumers built and ran against $prefix"
