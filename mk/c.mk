@@ -108,7 +108,7 @@ test-c-asan: c-lib
 	@mkdir -p $(C_TEST_BIN)
 	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_ASAN) -Itests/c tests/c/test_wspool.c -o $(C_TEST_BIN)/test_wspool_asan $(C_LINK)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  WSPOOL_TEST_SCALE=0.5 $(C_TEST_BIN)/test_wspool_asan
+	  WSPOOL_TEST_SCALE=1 $(C_TEST_BIN)/test_wspool_asan
 
 # tests/c/tsan.supp explains the suppression; the canary proves TSan still
 # sees a race in C code running on the pool.
@@ -117,7 +117,7 @@ test-c-tsan: c-lib
 	@mkdir -p $(C_TEST_BIN)
 	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_TSAN) -Itests/c tests/c/test_wspool.c -o $(C_TEST_BIN)/test_wspool_tsan $(C_LINK)
 	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_TSAN) tests/c/tsan_canary.c -o $(C_TEST_BIN)/tsan_canary $(C_LINK)
-	TSAN_OPTIONS="$(C_TSAN_OPTIONS)" WSPOOL_TEST_SCALE=0.2 $(C_TEST_BIN)/test_wspool_tsan
+	TSAN_OPTIONS="$(C_TSAN_OPTIONS)" WSPOOL_TEST_SCALE=0.5 $(C_TEST_BIN)/test_wspool_tsan
 	@if TSAN_OPTIONS="$(C_TSAN_OPTIONS) exitcode=66" $(C_TEST_BIN)/tsan_canary > target/c-tsan-canary.log 2>&1; then \
 	  cat target/c-tsan-canary.log; echo "TSan canary: the race was NOT reported"; exit 1; fi
 	@grep -q "ThreadSanitizer: data race" target/c-tsan-canary.log \
@@ -132,10 +132,10 @@ test-c-valgrind: c-lib $(C_TEST_BIN)/test_wspool
 	@command -v valgrind >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y valgrind || { apt-get update && apt-get install -y valgrind; }; \
 	  else echo "valgrind is missing and we are not root: install it (apt-get install valgrind)"; exit 1; fi; }
-	WSPOOL_TEST_SCALE=0.04 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=full \
+	WSPOOL_TEST_SCALE=0.25 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=full \
 	  --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
 	  $(C_TEST_BIN)/test_wspool -fork
-	WSPOOL_TEST_SCALE=0.04 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=no $(C_TEST_BIN)/test_wspool fork
+	WSPOOL_TEST_SCALE=0.25 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=no $(C_TEST_BIN)/test_wspool fork
 
 # An installed copy, used through pkg-config (shared and static) and CMake.
 C_ITEST := build/c-install-test

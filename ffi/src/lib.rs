@@ -6,6 +6,9 @@
 //! entry point runs inside `catch_unwind`, so no Rust panic crosses the
 //! boundary; a failure sets a thread-local message for `wspool_last_error`.
 #![allow(non_camel_case_types)]
+// Every entry point has the same safety contract, the C API's: pointers are NULL or come
+// from this library and are used before their release; see the header's preamble.
+#![allow(clippy::missing_safety_doc)]
 
 mod support;
 
@@ -16,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use support::{CTask, Res, SendPtr, einval, fail, guard, guard_void, tsan};
-use ::wspool::{Group, Growth, Pool, Reject, SerialQueue, Shutdown, SpawnOptions, TaskHandle, TaskState};
+use wspool_core::{Group, Growth, Pool, Reject, SerialQueue, Shutdown, SpawnOptions, TaskHandle, TaskState};
 
 // ------------------------------------------------------------- version ----
 
@@ -360,8 +363,8 @@ fn default_config() -> wspool_config {
         queue_capacity: 0,
         growth: WSPOOL_GROWTH_ADAPTIVE,
         reject: WSPOOL_REJECT_ABORT,
-        keep_alive_ms: ::wspool::DEFAULT_KEEP_ALIVE.as_millis() as u32,
-        spin_max_us: ::wspool::DEFAULT_SPIN_MAX_US,
+        keep_alive_ms: wspool_core::DEFAULT_KEEP_ALIVE.as_millis() as u32,
+        spin_max_us: wspool_core::DEFAULT_SPIN_MAX_US,
         on_thread_start: None,
         on_thread_stop: None,
         hook_ctx: ptr::null_mut(),
@@ -426,7 +429,7 @@ impl Hook {
     }
 }
 
-fn builder_from(c: &wspool_config) -> Res<::wspool::Builder> {
+fn builder_from(c: &wspool_config) -> Res<wspool_core::Builder> {
     let mut b = Pool::builder();
     if !c.name.is_null() {
         // SAFETY: a non-null name is a NUL-terminated string (documented).
@@ -896,7 +899,7 @@ pub unsafe extern "C" fn wspool_serial_destroy(s: *mut wspool_serial) {
 pub extern "C" fn wspool_blocking_begin() {
     guard_void("wspool_blocking_begin", || {
         if !support::is_stale_worker_thread() {
-            ::wspool::blocking_begin();
+            wspool_core::blocking_begin();
         }
         Ok(())
     })
@@ -907,7 +910,7 @@ pub extern "C" fn wspool_blocking_begin() {
 pub extern "C" fn wspool_blocking_end() {
     guard_void("wspool_blocking_end", || {
         if !support::is_stale_worker_thread() {
-            ::wspool::blocking_end();
+            wspool_core::blocking_end();
         }
         Ok(())
     })
@@ -967,7 +970,7 @@ pub extern "C" fn wspool_current_index() -> c_int {
     if support::is_stale_worker_thread() {
         return -1;
     }
-    match std::panic::catch_unwind(::wspool::current_index) {
+    match std::panic::catch_unwind(wspool_core::current_index) {
         Ok(Some(i)) => i as c_int,
         _ => -1,
     }

@@ -214,14 +214,14 @@ unsafe impl Sync for SendPtr {}
 
 /// Maps a refused submission to its status. The closure comes back unrun and
 /// is forgotten, not dropped: the caller still owns `arg`, no `on_cancel`.
-pub(crate) fn refused<F>(e: ::wspool::SpawnError<F>) -> Fail {
+pub(crate) fn refused<F>(e: wspool_core::SpawnError<F>) -> Fail {
     let kind = e.kind();
     std::mem::forget(e.into_task());
     match kind {
-        ::wspool::SubmitErrorKind::Rejected => {
+        wspool_core::SubmitErrorKind::Rejected => {
             Fail { code: WSPOOL_EREJECTED, msg: "task rejected: the pool's queue is full".into() }
         }
-        ::wspool::SubmitErrorKind::Shutdown => {
+        wspool_core::SubmitErrorKind::Shutdown => {
             Fail { code: WSPOOL_ESHUTDOWN, msg: "task refused: the pool is shut down".into() }
         }
     }

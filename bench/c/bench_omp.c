@@ -1,0 +1,106 @@
+/* The W1-W5 workloads with OpenMP tasks (libgomp, 2 threads). W1/W3 run in
+ * a parallel region whose `single` thread is the submitter. A taskwait lets
+ * the waiting thread run the task itself, so W3 is reported twice: W3 with
+ * taskwait (the idiomatic round trip, usually no hand-off at all), and W3h,
+ * a hand-off: the submitter spins on a flag until the other thread (idle at
+ * the region's barrier, where libgomp spins before sleeping) ran the task. */
+#include <omp.h>
+#include <stdatomic.h>
+
+#include "common.h"
+
+static atomic_long counter;
+
+static long fib_omp(int n) {
+    if (n < 2) return n;
+    long a, b;
+#pragma omp task shared(a)
+    a = fib_omp(n - 1);
+    b = fib_omp(n - 2);
+#pragma omp taskwait
+    return a + b;
+}
+
+int main(void) {
+    omp_set_num_threads(2);
+    uint64_t t0 = 0, t1 = 0;
+#pragma omp parallel
+#pragma omp single
+    {
+        t0 = now_ns();
+        for (int i = 0; i < W1_TASKS; i++) {
+#pragma omp task
+            atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
+        }
+#pragma omp taskwait
+        t1 = now_ns();
+    }
+    if (atomic_load(&counter) != W1_TASKS) return 1;
+    printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    report_idle();
+
+    long r = 0;
+#pragma omp parallel
+#pragma omp single
+    {
+        t0 = now_ns();
+        r = fib_omp(W2_FIB);
+        t1 = now_ns();
+    }
+    if (r != fib_seq(W2_FIB)) return 1;
+    printf("W2_ms %.2f\n", (t1 - t0) / 1e6);
+
+    uint64_t *lat = malloc(sizeof(uint64_t) * W3_ROUNDS);
+#pragma omp parallel
+#pragma omp single
+    {
+        for (int i = 0; i < W3_ROUNDS; i++) {
+            uint64_t a = now_ns();
+#pragma omp task
+            atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
+#pragma omp taskwait
+            lat[i] = now_ns() - a;
+        }
+    }
+    report_latency(lat, W3_ROUNDS);
+    atomic_int flag;
+#pragma omp parallel
+#pragma omp single
+    {
+        for (int i = 0; i < W3_ROUNDS; i++) {
+            atomic_store(&flag, 0);
+            uint64_t a = now_ns();
+#pragma omp task shared(flag)
+            atomic_store(&flag, 1);
+            while (!atomic_load(&flag)) {
+            }
+            lat[i] = now_ns() - a;
+        }
+    }
+    qsort(lat, W3_ROUNDS, sizeof *lat, cmp_u64);
+    printf("W3h_p50_us %.2f\n", lat[W3_ROUNDS / 2] / 1e3);
+    printf("W3h_p99_us %.2f\n", lat[(int)(W3_ROUNDS * 0.99)] / 1e3);
+    free(lat);
+
+    atomic_store(&counter, 0);
+#pragma omp parallel
+#pragma omp single
+    {
+        t0 = now_ns();
+        for (int i = 0; i < W4_ROOTS; i++) {
+#pragma omp task
+            {
+                for (int j = 0; j < W4_CHILDREN; j++) {
+#pragma omp task
+                    atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
+                }
+#pragma omp taskwait
+            }
+        }
+#pragma omp taskwait
+        t1 = now_ns();
+    }
+    if (atomic_load(&counter) != (long)W4_ROOTS * W4_CHILDREN) return 1;
+    printf("W4_mtps %.2f\n", W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6);
+    return 0;
+}

@@ -1,0 +1,86 @@
+// The W1-W5 workloads with oneTBB: 2 worker threads (global_control lifts
+// TBB's default of cores-1 workers) in a task_arena of concurrency 2 with no
+// slot reserved for the main thread, so W1/W3 submit from a foreign thread
+// as with the other pools; W3 waits with a futex-backed std::atomic wait so
+// the task is run by a worker, not inline. W2/W4 enter the arena with
+// execute() (the idiomatic way: the main thread then works too).
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
+
+#include <atomic>
+#include <vector>
+
+extern "C" {
+#include "common.h"
+}
+
+static std::atomic<long> counter{0};
+
+static long fib_tbb(int n) {
+    if (n < 2) return n;
+    long a = 0, b = 0;
+    tbb::task_group g;
+    g.run([&] { a = fib_tbb(n - 1); });
+    b = fib_tbb(n - 2);
+    g.wait();
+    return a + b;
+}
+
+int main() {
+    tbb::global_control workers(tbb::global_control::max_allowed_parallelism, 3);
+    tbb::task_arena arena(2, 0);
+    std::atomic<int> done{0};
+
+    // W1: enqueue from the foreign main thread, then wait for the count.
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < W1_TASKS; i++)
+        arena.enqueue([&] {
+            if (counter.fetch_add(1, std::memory_order_relaxed) + 1 == W1_TASKS) {
+                done.store(1);
+                done.notify_one();
+            }
+        });
+    done.wait(0);
+    uint64_t t1 = now_ns();
+    printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    report_idle();
+
+    long r = 0;
+    t0 = now_ns();
+    arena.execute([&] { r = fib_tbb(W2_FIB); });
+    t1 = now_ns();
+    if (r != fib_seq(W2_FIB)) return 1;
+    printf("W2_ms %.2f\n", (t1 - t0) / 1e6);
+
+    std::vector<uint64_t> lat(W3_ROUNDS);
+    for (int i = 0; i < W3_ROUNDS; i++) {
+        std::atomic<int> flag{0};
+        uint64_t a = now_ns();
+        arena.enqueue([&] {
+            flag.store(1);
+            flag.notify_one();
+        });
+        flag.wait(0);
+        lat[i] = now_ns() - a;
+    }
+    report_latency(lat.data(), W3_ROUNDS);
+
+    counter = 0;
+    t0 = now_ns();
+    arena.execute([&] {
+        tbb::task_group roots;
+        for (int i = 0; i < W4_ROOTS; i++)
+            roots.run([] {
+                tbb::task_group kids;
+                for (int j = 0; j < W4_CHILDREN; j++)
+                    kids.run([] { counter.fetch_add(1, std::memory_order_relaxed); });
+                kids.wait();
+            });
+        roots.wait();
+    });
+    t1 = now_ns();
+    if (counter.load() != (long)W4_ROOTS * W4_CHILDREN) return 1;
+    printf("W4_mtps %.2f\n", W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6);
+    return 0;
+}

@@ -1,0 +1,126 @@
+/* The W1-W5 workloads through the C API of libwspool (2 threads, FIXED). */
+#define _GNU_SOURCE
+#include <semaphore.h>
+#include <stdatomic.h>
+
+#include "common.h"
+#include "libwspool.h"
+
+static wspool *pool;
+static atomic_long counter;
+static long target;
+static sem_t done;
+
+static void tiny(void *arg) {
+    (void)arg;
+    if (atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1 == target) sem_post(&done);
+}
+
+/* W2: fib with wspool_join at every level */
+typedef struct {
+    int n;
+    long r;
+} fib_t;
+static void fib_join(void *arg) {
+    fib_t *f = arg;
+    if (f->n < 2) {
+        f->r = f->n;
+        return;
+    }
+    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
+    wspool_join(pool, fib_join, &a, fib_join, &b);
+    f->r = a.r + b.r;
+}
+/* W2 with a group per level */
+static void fib_group(void *arg) {
+    fib_t *f = arg;
+    if (f->n < 2) {
+        f->r = f->n;
+        return;
+    }
+    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
+    wspool_group *g;
+    wspool_group_create(pool, &g);
+    wspool_group_submit(g, fib_group, &b);
+    fib_group(&a);
+    wspool_group_wait(g, -1);
+    wspool_group_destroy(g);
+    f->r = a.r + b.r;
+}
+
+static void nop(void *arg) { (void)arg; }
+
+static void child(void *arg) { atomic_fetch_add_explicit((atomic_long *)arg, 1, memory_order_relaxed); }
+static void root(void *arg) {
+    wspool_group *g;
+    wspool_group_create(pool, &g);
+    for (int i = 0; i < W4_CHILDREN; i++) wspool_group_submit(g, child, arg);
+    wspool_group_wait(g, -1);
+    wspool_group_destroy(g);
+}
+
+static double run_fib(wspool_fn fn) {
+    fib_t f = {W2_FIB, 0};
+    wspool_task *t;
+    uint64_t t0 = now_ns();
+    wspool_submit_ex(pool, fn, &f, NULL, &t);
+    wspool_task_wait(t, -1);
+    uint64_t t1 = now_ns();
+    wspool_task_release(t);
+    if (f.r != fib_seq(W2_FIB)) {
+        fprintf(stderr, "fib wrong\n");
+        exit(1);
+    }
+    return (t1 - t0) / 1e6;
+}
+
+int main(void) {
+    wspool_config cfg;
+    wspool_config_init(&cfg);
+    cfg.min_threads = 2;
+    cfg.growth = WSPOOL_GROWTH_FIXED;
+    if (wspool_create(&cfg, &pool) != WSPOOL_OK) return 1;
+    sem_init(&done, 0, 0);
+
+    /* W1 */
+    atomic_store(&counter, 0);
+    target = W1_TASKS;
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < W1_TASKS; i++) wspool_submit(pool, tiny, NULL);
+    sem_wait(&done);
+    uint64_t t1 = now_ns();
+    printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    /* W5 right after W1 */
+    report_idle();
+
+    printf("W2_ms %.2f\n", run_fib(fib_join));
+    printf("W2g_ms %.2f\n", run_fib(fib_group));
+
+    /* W3 */
+    uint64_t *lat = malloc(sizeof(uint64_t) * W3_ROUNDS);
+    for (int i = 0; i < W3_ROUNDS; i++) {
+        wspool_task *t;
+        uint64_t a = now_ns();
+        wspool_submit_ex(pool, nop, NULL, NULL, &t);
+        wspool_task_wait(t, -1);
+        lat[i] = now_ns() - a;
+        wspool_task_release(t);
+    }
+    report_latency(lat, W3_ROUNDS);
+    free(lat);
+
+    /* W4 */
+    atomic_long kids = 0;
+    wspool_group *g;
+    wspool_group_create(pool, &g);
+    t0 = now_ns();
+    for (int i = 0; i < W4_ROOTS; i++) wspool_group_submit(g, root, &kids);
+    wspool_group_wait(g, -1);
+    t1 = now_ns();
+    wspool_group_destroy(g);
+    if (atomic_load(&kids) != (long)W4_ROOTS * W4_CHILDREN) return 1;
+    printf("W4_mtps %.2f\n", W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6);
+
+    wspool_destroy(pool);
+    return 0;
+}

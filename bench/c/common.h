@@ -1,0 +1,59 @@
+/* Shared helpers of the C benchmarks: clocks, percentiles, output.
+ * Every bench binary prints lines "KEY VALUE" that report.py aggregates:
+ *   W1_mtps   flood: 1,000,000 tiny tasks from one foreign thread, M tasks/s
+ *   W2_ms     fork-join fib(25), every level forked, ms
+ *   W2g_ms    the same with groups (wspool only), ms
+ *   W3_p50_us / W3_p99_us   ping-pong: submit one task, wait for it, 50,000 times
+ *   W4_mtps   nested: 200 roots each spawn 1,000 children and wait, M tasks/s
+ *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 */
+#ifndef WSPOOL_BENCH_COMMON_H
+#define WSPOOL_BENCH_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#define W1_TASKS 1000000
+#define W2_FIB 25
+#define W3_ROUNDS 50000
+#define W4_ROOTS 200
+#define W4_CHILDREN 1000
+#define W5_SECONDS 2
+
+static inline uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline double cpu_ms(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+static inline int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts samples and prints p50/p99 in microseconds. */
+static inline void report_latency(uint64_t *ns, int n) {
+    qsort(ns, (size_t)n, sizeof *ns, cmp_u64);
+    printf("W3_p50_us %.2f\n", ns[n / 2] / 1e3);
+    printf("W3_p99_us %.2f\n", ns[(int)(n * 0.99)] / 1e3);
+}
+
+/* Idle CPU: sleeps W5_SECONDS with the pool idle, prints CPU ms per second. */
+static inline void report_idle(void) {
+    double c0 = cpu_ms();
+    struct timespec ts = {W5_SECONDS, 0};
+    nanosleep(&ts, NULL);
+    printf("W5_cpu_ms_per_s %.3f\n", (cpu_ms() - c0) / W5_SECONDS);
+}
+
+static inline long fib_seq(int n) { return n < 2 ? n : fib_seq(n - 1) + fib_seq(n - 2); }
+
+#endif
