@@ -32,6 +32,19 @@ check_run() {
   echo "install test: $(basename "$exe") ok"
 }
 
+# Installs a Debian package when missing and we are root; otherwise says why not.
+need() {
+  local cmd=$1 pkg=$2
+  command -v "$cmd" >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "install test: $cmd is missing; installing Debian's $pkg"
+    apt-get install -y "$pkg" >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y "$pkg" >/dev/null; }
+    return 0
+  fi
+  return 1
+}
+
+need pkg-config pkg-config || fail "pkg-config is missing and installing it needs root (apt-get install pkg-config)"
 export PKG_CONFIG_PATH=$lib/pkgconfig
 [ "$(pkg-config --modversion wspool)" = "$(sed -n 's/^version = "\([0-9.]*\)"/\1/p' "$here/Cargo.toml" | head -n 1)" ] \
   || fail "pkg-config reports version $(pkg-config --modversion wspool)"
@@ -43,14 +56,9 @@ gcc -std=c11 -O2 -Wall -Werror "$hello" -o "$dir/hello_pkgconfig_static" $(pkg-c
   $(pkg-config --static --libs wspool | sed 's/-lwspool\b/-l:libwspool.a/') -pthread
 check_run "$dir/hello_pkgconfig_static" no
 
-if ! command -v cmake >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "install test: cmake is missing; installing Debian's cmake"
-    apt-get install -y cmake >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y cmake >/dev/null; }
-  else
-    echo "install test: SKIPPED the CMake part: cmake is missing and installing it needs root (apt-get install cmake)"
-    exit 0
-  fi
+if ! need cmake cmake; then
+  echo "install test: SKIPPED the CMake part: cmake is missing and installing it needs root (apt-get install cmake)"
+  exit 0
 fi
 cmake -S "$here/tests/c/cmake_consumer" -B "$dir/cmake" -DCMAKE_PREFIX_PATH="$prefix" -DHELLO_SRC="$hello" >/dev/null
 cmake --build "$dir/cmake" >/dev/null
