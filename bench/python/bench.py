@@ -1,0 +1,121 @@
+"""Python benchmarks P1-P3: wspool.Pool against ThreadPoolExecutor, in the same run.
+
+    python bench/python/bench.py            # all three, markdown table on stdout
+    python bench/python/bench.py --quick    # fewer repetitions (smoke run)
+
+P1  map() over 200,000 trivial calls: calls per second (target: >= 5x TPE).
+P2  submit().result() ping-pong: median round trip (target: <= 0.5x TPE).
+P3  200 x time.sleep(0.01) tasks on 4 workers: wall time, plain and with
+    wspool.blocking() around the sleep (target with blocking(): <= 0.1x TPE).
+
+Each figure is the median of several repetitions; both executors run the
+same code in the same process, one after the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
+from typing import Callable
+
+import wspool
+
+
+def noop(x: int) -> int:
+    return x
+
+
+def sleep_task() -> None:
+    time.sleep(0.01)
+
+
+def sleep_task_blocking() -> None:
+    with wspool.blocking():
+        time.sleep(0.01)
+
+
+def median_of(reps: int, fn: Callable[[], float]) -> float:
+    return statistics.median(fn() for _ in range(reps))
+
+
+def p1_map(ex: Executor, n: int) -> float:
+    t0 = time.perf_counter()
+    out = list(ex.map(noop, range(n)))
+    dt = time.perf_counter() - t0
+    assert len(out) == n and out[-1] == n - 1
+    return n / dt
+
+
+def p2_pingpong(ex: Executor, n: int) -> float:
+    for i in range(50):  # warm up: threads started, caches hot
+        ex.submit(noop, i).result()
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        ex.submit(noop, i).result()
+        lat.append(time.perf_counter_ns() - t0)
+    return statistics.median(lat) / 1000.0
+
+
+def p3_sleep(ex: Executor, fn: Callable[[], None], n: int = 200) -> float:
+    t0 = time.perf_counter()
+    done, not_done = wait([ex.submit(fn) for _ in range(n)])
+    assert not not_done
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = ap.parse_args()
+    reps = 3 if args.quick else 5
+    n_map = 200_000
+    n_ping = 2_000 if args.quick else 5_000
+
+    rows: list[tuple[str, str, str, str, str, bool | None]] = []
+
+    # P1: default-sized executors, as a drop-in user would have them.
+    with ThreadPoolExecutor() as tpe:
+        tpe_map = median_of(max(1, reps - 2), lambda: p1_map(tpe, n_map))
+    with wspool.Pool() as pool:
+        ws_map = median_of(reps, lambda: p1_map(pool, n_map))
+    rows.append(("P1 map, 200k trivial calls (calls/s, higher is better)",
+                 f"{tpe_map:,.0f}", f"{ws_map:,.0f}", f"{ws_map / tpe_map:.1f}x", ">= 5x", ws_map >= 5 * tpe_map))
+
+    with ThreadPoolExecutor() as tpe:
+        tpe_pp = median_of(reps, lambda: p2_pingpong(tpe, n_ping))
+    with wspool.Pool() as pool:
+        ws_pp = median_of(reps, lambda: p2_pingpong(pool, n_ping))
+    rows.append(("P2 submit().result() round trip, p50 (us, lower is better)",
+                 f"{tpe_pp:.1f}", f"{ws_pp:.1f}", f"{ws_pp / tpe_pp:.2f}x", "<= 0.5x", ws_pp <= 0.5 * tpe_pp))
+
+    with ThreadPoolExecutor(max_workers=4) as tpe:
+        tpe_sleep = median_of(reps, lambda: p3_sleep(tpe, sleep_task))
+    with wspool.Pool(max_workers=4) as pool:
+        ws_sleep = median_of(reps, lambda: p3_sleep(pool, sleep_task))
+    with wspool.Pool(max_workers=4) as pool:
+        ws_block = median_of(reps, lambda: p3_sleep(pool, sleep_task_blocking))
+        st = pool.stats()
+    rows.append(("P3 200 x sleep(10 ms), 4 workers (ms, lower is better)",
+                 f"{tpe_sleep:.0f}", f"{ws_sleep:.0f}", f"{ws_sleep / tpe_sleep:.2f}x", "report", None))
+    rows.append(("P3 same, sleep inside wspool.blocking() (ms)",
+                 f"{tpe_sleep:.0f}", f"{ws_block:.0f}", f"{ws_block / tpe_sleep:.2f}x", "<= 0.1x", ws_block <= 0.1 * tpe_sleep))
+
+    print(f"\nPython benchmarks: wspool {wspool.__version__} vs ThreadPoolExecutor, "
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, median of {reps} runs\n")
+    print("| benchmark | ThreadPoolExecutor | wspool.Pool | wspool / TPE | target | met |")
+    print("|---|---:|---:|---:|---|---|")
+    for name, a, b, ratio, target, ok in rows:
+        met = "-" if ok is None else ("yes" if ok else "NO")
+        print(f"| {name} | {a} | {b} | {ratio} | {target} | {met} |")
+    print(f"\n(P3 blocking run: peak_threads={st.peak_threads}, threads_started={st.threads_started})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""wspool: a work-stealing thread pool as a ``concurrent.futures.Executor``.
+
+``wspool.Pool`` drops in for ``concurrent.futures.ThreadPoolExecutor``::
+
+    import wspool
+
+    with wspool.Pool(max_workers=8) as pool:
+        futures = [pool.submit(work, i) for i in range(100)]
+        results = [f.result() for f in futures]
+        squares = list(pool.map(lambda x: x * x, range(10_000)))
+
+What it adds: ``Future.result()`` called inside a pool task runs other
+queued tasks while it waits (help-while-waiting), so nested submit/result
+cannot deadlock even on a small fixed pool; ``with wspool.blocking():`` lends
+a thread to code that blocks for real; ``pool.stats()`` shows what the pool
+does; ``pool.group()`` and ``pool.serial()`` structure work; a bounded queue
+(``queue_capacity``) with a reject policy. The scheduler is the Rust crate
+``wspool``; the GIL is released whenever Rust waits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from concurrent.futures import Executor, _base
+from concurrent.futures import Future as _BaseFuture
+from concurrent.futures.thread import BrokenThreadPool
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast
+
+from . import _wspool
+from ._wspool import MapIter, RejectedError, Stats, blocking, current_index
+
+if TYPE_CHECKING:
+    from typing_extensions import ParamSpec
+
+    _P = ParamSpec("_P")
+
+__all__ = [
+    "BrokenThreadPool",
+    "Future",
+    "Group",
+    "MapIter",
+    "Pool",
+    "RejectedError",
+    "Serial",
+    "Stats",
+    "blocking",
+    "current_index",
+]
+
+__version__ = "0.1.0"
+
+_T = TypeVar("_T")
+
+_UNFINISHED = ("PENDING", "RUNNING")
+
+Group = _wspool.Group
+Serial = _wspool.Serial
+
+_GROWTH = ("adaptive", "scale_first", "queue_first", "fixed")
+_REJECT = ("abort", "caller_runs", "block", "discard_oldest")
+
+
+class Future(_BaseFuture[_T]):
+    """A ``concurrent.futures.Future`` that knows its wspool task.
+
+    ``result()`` and ``exception()`` wait on the task itself, with the GIL
+    released. On a worker thread of the task's pool that wait helps: the
+    worker runs queued tasks (possibly the awaited one) instead of parking,
+    so a task may submit sub-tasks and wait for them on a pool of any size.
+    ``cancel()`` also drops the task from the pool's queue.
+    """
+
+    _ws_handle: _wspool.Handle | None = None
+
+    def _ws_wait(self, timeout: float | None) -> float | None:
+        h = self._ws_handle
+        if h is not None and self._state in _UNFINISHED:
+            if not h.wait(timeout):
+                return 0.0  # the whole timeout is spent
+        return timeout
+
+    def result(self, timeout: float | None = None) -> _T:
+        return super().result(self._ws_wait(timeout))
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return super().exception(self._ws_wait(timeout))
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        h = self._ws_handle
+        if h is not None:
+            h.cancel()
+        return True
+
+
+def _count(name: str, value: object, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, not {value}")
+    return value
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
+    return value
+
+
+def _make_worker_init(
+    name: str, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+) -> Callable[[int], None]:
+    def worker_init(index: int) -> None:
+        # Runs once on each worker thread, before its first task.
+        threading.current_thread().name = f"{name}-{index}"
+        if initializer is not None:
+            try:
+                initializer(*initargs)
+            except BaseException:
+                # As ThreadPoolExecutor does; the pool is then broken.
+                _base.LOGGER.critical("Exception in initializer:", exc_info=True)
+                raise
+
+    return worker_init
+
+
+_pool_counter = 0
+_counter_lock = threading.Lock()
+_live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+
+
+class Pool(Executor):
+    """A work-stealing thread pool; a drop-in ``ThreadPoolExecutor``.
+
+    ``ThreadPoolExecutor``'s arguments work the same: ``max_workers`` is the
+    number of threads that run tasks (``min_threads``; default: the number
+    of CPUs, at least 2), ``thread_name_prefix`` names them, and
+    ``initializer(*initargs)`` runs once on each worker thread before its
+    first task (if it raises, the pool is broken: submit raises
+    ``BrokenThreadPool``, as with ``ThreadPoolExecutor``).
+
+    wspool's own keywords mirror the C configuration:
+
+    - ``min_threads``: threads kept alive (same as ``max_workers``).
+    - ``max_threads``: ceiling for threads added for ``blocking()`` regions,
+      detected starvation and ``growth="scale_first"`` (default 256).
+    - ``queue_capacity``: tasks allowed to wait (0 = unbounded, the default).
+    - ``growth``: ``"adaptive"`` (default), ``"scale_first"``,
+      ``"queue_first"`` or ``"fixed"`` (exactly ``min_threads``, never more).
+    - ``reject``: what a full queue does: ``"abort"`` (raise
+      ``RejectedError``, the default), ``"caller_runs"``, ``"block"`` or
+      ``"discard_oldest"`` (the oldest queued task is cancelled).
+    - ``keep_alive``: seconds an extra thread idles before it retires.
+    - ``name``: thread-name prefix (same as ``thread_name_prefix``).
+    - ``spin_max_us``: debounce spin cap in microseconds (0 disables spinning).
+
+    Bad values raise ``ValueError`` or ``TypeError``.
+    """
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        thread_name_prefix: str = "",
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
+        *,
+        min_threads: int | None = None,
+        max_threads: int = 0,
+        queue_capacity: int = 0,
+        growth: str = "adaptive",
+        reject: str = "abort",
+        keep_alive: float = 10.0,
+        name: str | None = None,
+        spin_max_us: int | None = None,
+    ) -> None:
+        global _pool_counter
+        if max_workers is not None:
+            if min_threads is not None:
+                raise TypeError("give max_workers or min_threads, not both")
+            _count("max_workers", max_workers)
+            if max_workers <= 0:
+                raise ValueError("max_workers must be greater than 0")
+            min_threads = max_workers
+        threads = 0 if min_threads is None else _count("min_threads", min_threads)
+        _count("max_threads", max_threads)
+        _count("queue_capacity", queue_capacity)
+        if spin_max_us is not None:
+            _count("spin_max_us", spin_max_us)
+        _choice("growth", growth, _GROWTH)
+        _choice("reject", reject, _REJECT)
+        if isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float)):
+            raise TypeError(f"keep_alive must be a number of seconds, not {type(keep_alive).__name__}")
+        if not math.isfinite(keep_alive) or keep_alive <= 0:
+            raise ValueError(f"keep_alive must be a positive number of seconds, not {keep_alive!r}")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        if not isinstance(initargs, tuple):
+            raise TypeError(f"initargs must be a tuple, not {type(initargs).__name__}")
+        if name is not None and thread_name_prefix:
+            raise TypeError("give name or thread_name_prefix, not both")
+        prefix = name if name is not None else thread_name_prefix
+        if not isinstance(prefix, str):
+            raise TypeError(f"name must be a str, not {type(prefix).__name__}")
+        if not prefix:
+            with _counter_lock:
+                prefix = f"wspool-{_pool_counter}"
+                _pool_counter += 1
+        self._name = prefix
+        self._core = _wspool.Core(
+            future_cls=Future,
+            name=prefix,
+            min_threads=threads,
+            max_threads=max_threads,
+            queue_capacity=queue_capacity,
+            growth=growth,
+            reject=reject,
+            keep_alive=float(keep_alive),
+            spin_max_us=spin_max_us,
+            worker_init=_make_worker_init(prefix, initializer, initargs),
+        )
+        self._max_workers = threads or os.cpu_count() or 2
+        if type(self).submit is Pool.submit:
+            # The Rust method directly: no Python frame per submit.
+            self.submit = self._core.submit  # type: ignore[method-assign,assignment]
+        _live_pools.add(self)
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        """Schedules ``fn(*args, **kwargs)``; returns a ``wspool.Future``.
+
+        Raises ``RejectedError`` if the bounded queue is full (reject="abort"),
+        ``RuntimeError`` after shutdown, ``BrokenThreadPool`` if an
+        initializer failed.
+        """
+        return cast("Future[_T]", self._core.submit(fn, *args, **kwargs))
+
+    def map(
+        self,
+        fn: Callable[..., _T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[_T]:
+        """Like ``Executor.map``: ``fn(*args)`` for each ``args`` of ``zip(*iterables)``.
+
+        Results come back in order; the first exception is raised in its
+        place. ``timeout`` (seconds from this call) raises ``TimeoutError``.
+        Each chunk of ``chunksize`` calls runs as one task. No ``Future`` is
+        made per call, and a task that holds the GIL runs the next chunks of
+        the same map, which is why ``map`` is much faster than a loop of
+        ``submit``. Closing or dropping the iterator cancels calls that have
+        not started.
+        """
+        _count("chunksize", chunksize)
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if timeout is not None and not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number, not {type(timeout).__name__}")
+        return self._core.map(fn, zip(*iterables), chunksize, None if timeout is None else float(timeout))
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stops accepting tasks; idempotent.
+
+        ``wait``: return after every queued and running task finished (the
+        GIL is released meanwhile; Ctrl-C interrupts). ``cancel_futures``:
+        cancel the tasks that have not started. Called from one of the
+        pool's own tasks it never waits (it would wait for itself).
+        """
+        self._core.shutdown(wait, cancel_futures)
+
+    def stats(self) -> Stats:
+        """A snapshot of the pool's counters (threads, queue, steals, delays...)."""
+        return self._core.stats()
+
+    def group(self) -> Group:
+        """A group: ``g.submit(...)`` like ``pool.submit``; ``g.wait(timeout)`` waits for all of them."""
+        return self._core.group()
+
+    def serial(self) -> Serial:
+        """A serial queue: its tasks run one at a time, in submission order."""
+        return self._core.serial()
+
+    def is_pool_thread(self) -> bool:
+        """True when called on one of this pool's worker threads."""
+        return self._core.is_pool_thread()
+
+    @property
+    def name(self) -> str:
+        """The thread-name prefix."""
+        return self._name
+
+    def __repr__(self) -> str:
+        state = "forked" if self._core.forked else "shut down" if self._core.is_shutdown else "running"
+        return f"<wspool.Pool {self._name!r} {state}>"
+
+
+def _python_exit() -> None:
+    # Like ThreadPoolExecutor: at interpreter exit, let queued work finish.
+    for pool in list(_live_pools):
+        try:
+            if not pool._core.forked:
+                pool.shutdown(wait=True)
+        except BaseException:  # noqa: BLE001 - never fail interpreter exit
+            pass
+    _wspool._atexit()
+
+
+try:
+    threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+except (AttributeError, RuntimeError):  # pragma: no cover - interpreter already exiting
+    import atexit
+
+    atexit.register(_python_exit)
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_wspool._after_fork_child)
