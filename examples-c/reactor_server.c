@@ -408,7 +408,7 @@ static size_t format_stats(char *dst, size_t cap)
             ",\"threads_started\":%" PRIu64 ",\"threads_retired\":%" PRIu64
             ",\"starvation_injections\":%" PRIu64 ",\"queued\":%" PRIu64
             ",\"queue_delay_p50_ns\":%" PRIu64 ",\"queue_delay_p99_ns\":%" PRIu64
-            ",\"queue_delay_max_ns\":%" PRIu64
+            ",\"queue_delay_max_ns\":%" PRIu64 ",\"spawn_failures\":%" PRIu64
             ",\"server\":{\"mode\":\"%s\",\"connections_open\":%llu,\"accepted\":%llu,\"closed\":%llu"
             ",\"received\":%llu,\"requests\":%llu,\"closed_peer\":%llu,\"closed_idle\":%llu,\"closed_write_cap\":%llu"
             ",\"closed_oversize\":%llu,\"closed_error\":%llu,\"closed_shutdown\":%llu"
@@ -417,7 +417,7 @@ static size_t format_stats(char *dst, size_t cap)
             st.completed, st.rejected, st.cancelled, st.panicked, st.local_pops, st.global_pops,
             st.steals, st.spin_hits, st.spin_misses, st.spin_threshold_ns, st.threads_started,
             st.threads_retired, st.starvation_injections, st.queued, st.queue_delay_p50_ns,
-            st.queue_delay_p99_ns, st.queue_delay_max_ns,
+            st.queue_delay_p99_ns, st.queue_delay_max_ns, st.spawn_failures,
             O.mode == MODE_REACTOR ? "reactor" : "blocking",
             (unsigned long long)atomic_load(&S.open), (unsigned long long)atomic_load(&S.accepted),
             (unsigned long long)atomic_load(&S.closed), (unsigned long long)atomic_load(&S.received),

@@ -92,7 +92,7 @@ def test_protocol(srv_args=()):
                           "completed", "rejected", "cancelled", "panicked", "local_pops",
                           "global_pops", "steals", "spin_hits", "spin_misses", "spin_threshold_ns",
                           "threads_started", "threads_retired", "starvation_injections", "queued",
-                          "queue_delay_p50_ns", "queue_delay_p99_ns", "queue_delay_max_ns"):
+                          "queue_delay_p50_ns", "queue_delay_p99_ns", "queue_delay_max_ns", "spawn_failures"):
                 if not isinstance(st.get(field), int):
                     raise AssertionError("STATS lacks integer field %r: %r" % (field, st))
             if st["server"]["connections_open"] != 1 or st["submitted"] < 1:
