@@ -55,7 +55,7 @@ test-reactor: reactor reactor-san
 	exit $$rc
 
 demo-reactor: reactor
-	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 2
+	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 2 --quick
 
 bench-reactor: reactor
 	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 5 --markdown
