@@ -39,10 +39,6 @@ def sleep_task_blocking() -> None:
         time.sleep(0.01)
 
 
-def median_of(reps: int, fn: Callable[[], float]) -> float:
-    return statistics.median(fn() for _ in range(reps))
-
-
 def p1_map(ex: Executor, n: int) -> float:
     t0 = time.perf_counter()
     out = list(ex.map(noop, range(n)))
@@ -74,33 +70,48 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     n_map = 200_000
     n_ping = 2_000 if args.quick else 5_000
 
     rows: list[tuple[str, str, str, str, str, bool | None]] = []
 
-    # P1: default-sized executors, as a drop-in user would have them.
-    with ThreadPoolExecutor() as tpe:
-        tpe_map = median_of(max(1, reps - 2), lambda: p1_map(tpe, n_map))
-    with wspool.Pool() as pool:
-        ws_map = median_of(reps, lambda: p1_map(pool, n_map))
+    # Rounds alternate between the two executors, so a noisy neighbour on a
+    # shared machine hits both alike; each figure is the median over rounds.
+    tpe_map_runs: list[float] = []
+    ws_map_runs: list[float] = []
+    tpe_pp_runs: list[float] = []
+    ws_pp_runs: list[float] = []
+    # Default-sized executors, as a drop-in user would have them.
+    with ThreadPoolExecutor() as tpe, wspool.Pool() as pool:
+        for _ in range(reps):
+            tpe_map_runs.append(p1_map(tpe, n_map))
+            ws_map_runs.append(p1_map(pool, n_map))
+        for _ in range(reps):
+            tpe_pp_runs.append(p2_pingpong(tpe, n_ping))
+            ws_pp_runs.append(p2_pingpong(pool, n_ping))
+    tpe_map, ws_map = statistics.median(tpe_map_runs), statistics.median(ws_map_runs)
+    tpe_pp, ws_pp = statistics.median(tpe_pp_runs), statistics.median(ws_pp_runs)
     rows.append(("P1 map, 200k trivial calls (calls/s, higher is better)",
                  f"{tpe_map:,.0f}", f"{ws_map:,.0f}", f"{ws_map / tpe_map:.1f}x", ">= 5x", ws_map >= 5 * tpe_map))
-
-    with ThreadPoolExecutor() as tpe:
-        tpe_pp = median_of(reps, lambda: p2_pingpong(tpe, n_ping))
-    with wspool.Pool() as pool:
-        ws_pp = median_of(reps, lambda: p2_pingpong(pool, n_ping))
     rows.append(("P2 submit().result() round trip, p50 (us, lower is better)",
                  f"{tpe_pp:.1f}", f"{ws_pp:.1f}", f"{ws_pp / tpe_pp:.2f}x", "<= 0.5x", ws_pp <= 0.5 * tpe_pp))
 
+    tpe_sleep_runs: list[float] = []
+    ws_sleep_runs: list[float] = []
+    ws_block_runs: list[float] = []
     with ThreadPoolExecutor(max_workers=4) as tpe:
-        tpe_sleep = median_of(reps, lambda: p3_sleep(tpe, sleep_task))
-    with wspool.Pool(max_workers=4) as pool:
-        ws_sleep = median_of(reps, lambda: p3_sleep(pool, sleep_task))
-    with wspool.Pool(max_workers=4) as pool:
-        ws_block = median_of(reps, lambda: p3_sleep(pool, sleep_task_blocking))
-        st = pool.stats()
+        for _ in range(reps):
+            tpe_sleep_runs.append(p3_sleep(tpe, sleep_task))
+            # A fresh pool per run: threads lent or injected by the previous
+            # run would otherwise still be there.
+            with wspool.Pool(max_workers=4) as pool:
+                ws_sleep_runs.append(p3_sleep(pool, sleep_task))
+            with wspool.Pool(max_workers=4) as pool:
+                ws_block_runs.append(p3_sleep(pool, sleep_task_blocking))
+                st = pool.stats()
+    tpe_sleep = statistics.median(tpe_sleep_runs)
+    ws_sleep, ws_block = statistics.median(ws_sleep_runs), statistics.median(ws_block_runs)
     rows.append(("P3 200 x sleep(10 ms), 4 workers (ms, lower is better)",
                  f"{tpe_sleep:.0f}", f"{ws_sleep:.0f}", f"{ws_sleep / tpe_sleep:.2f}x", "report", None))
     rows.append(("P3 same, sleep inside wspool.blocking() (ms)",
@@ -113,7 +124,7 @@ def main() -> int:
     for name, a, b, ratio, target, ok in rows:
         met = "-" if ok is None else ("yes" if ok else "NO")
         print(f"| {name} | {a} | {b} | {ratio} | {target} | {met} |")
-    print(f"\n(P3 blocking run: peak_threads={st.peak_threads}, threads_started={st.threads_started})")
+    print(f"\n(last P3 blocking run: peak_threads={st.peak_threads}; load average before the run: {load})")
     return 0
 
 

@@ -65,6 +65,11 @@ static STOPPERS: AtomicUsize = AtomicUsize::new(0);
 /// Background threads joining pools whose Python objects were collected.
 static REAPERS: AtomicUsize = AtomicUsize::new(0);
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+/// Bumped whenever a Python thread releases the GIL to wait on the pool
+/// (see `handoff_debounce`).
+static WAIT_EPOCH: AtomicU64 = AtomicU64::new(0);
+/// One worker at a time may debounce the GIL hand-off.
+static HANDOFF_SPINNER: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// The id of the pool this thread is a worker of (0: none).
@@ -300,13 +305,17 @@ where
     }
     let declare = wspool::current_index().is_some();
     if !declare && let Some(probe) = probe
-        && py.detach(|| spin_until(probe))
+        && py.detach(|| {
+            WAIT_EPOCH.fetch_add(1, Ordering::SeqCst);
+            spin_until(probe)
+        })
     {
         return Ok(true);
     }
     loop {
         let slice = remaining(deadline).map_or(SIGNAL_SLICE, |r| r.min(SIGNAL_SLICE));
         let finished = py.detach(|| {
+            WAIT_EPOCH.fetch_add(1, Ordering::SeqCst);
             if declare {
                 wspool::blocking(|| done(Some(slice)))
             } else {
@@ -332,9 +341,37 @@ where
 fn spin_limit() -> Duration {
     static LIMIT: OnceLock<Duration> = OnceLock::new();
     *LIMIT.get_or_init(|| {
-        let us = std::env::var("WSPOOL_WAIT_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(30u64);
+        let us = std::env::var("WSPOOL_WAIT_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50u64);
         Duration::from_micros(us)
     })
+}
+
+/// GIL hand-off debounce. A worker picks up a freshly submitted task in
+/// about a microsecond, while the submitting thread still holds the GIL on
+/// its way to `result()`. Attaching at once would put the worker to sleep on
+/// the GIL's condition variable and cost a full wake-up when the submitter
+/// releases it a moment later. So a worker that got a task submitted within
+/// the last few microseconds first spins (one worker at a time, bounded)
+/// until some thread enters a pool wait, which happens right after that
+/// thread released the GIL.
+fn handoff_debounce(submitted: Instant, epoch: u64) {
+    static LIMIT: OnceLock<Duration> = OnceLock::new();
+    let limit = *LIMIT.get_or_init(|| {
+        let us = std::env::var("WSPOOL_HANDOFF_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(20u64);
+        Duration::from_micros(us)
+    });
+    if submitted.elapsed() >= limit || WAIT_EPOCH.load(Ordering::SeqCst) != epoch {
+        return;
+    }
+    if HANDOFF_SPINNER.swap(true, Ordering::Acquire) {
+        return;
+    }
+    while WAIT_EPOCH.load(Ordering::SeqCst) == epoch && submitted.elapsed() < limit {
+        for _ in 0..16 {
+            std::hint::spin_loop();
+        }
+    }
+    HANDOFF_SPINNER.store(false, Ordering::Release);
 }
 
 /// Spins (GIL released by the caller) until `probe()` or the spin limit.
@@ -363,6 +400,9 @@ fn spin_until(probe: &(dyn Fn() -> bool + Sync)) -> bool {
 
 struct Call {
     shared: Arc<Shared>,
+    /// When and at which `WAIT_EPOCH` it was submitted (`handoff_debounce`).
+    submitted: Instant,
+    epoch: u64,
     future: Py<PyAny>,
     func: Py<PyAny>,
     args: Py<PyTuple>,
@@ -396,7 +436,7 @@ impl Call {
     /// cancel_futures, evicted by discard_oldest, or refused): the future
     /// ends up cancelled, and waiters of `concurrent.futures.wait` are told.
     fn cancel_unrun(self) {
-        let Call { shared: _, future, func, args, kwargs } = self;
+        let Call { future, func, args, kwargs, .. } = self;
         let attached = Python::try_attach(|py| {
             let fut = future.bind(py);
             // The base class's cancel: wspool.Future.cancel would cancel this task again.
@@ -424,6 +464,9 @@ struct Job(Option<Call>);
 impl Job {
     fn run(mut self) {
         if let Some(call) = self.0.take() {
+            if call.shared.is_worker_here() {
+                handoff_debounce(call.submitted, call.epoch);
+            }
             let shared = call.shared.clone();
             let mut slot = Some(call);
             let ran = shared.run_python(|py| {
@@ -468,6 +511,8 @@ fn submit_call<'py>(
     let future = shared.future_cls.bind(py).call0()?;
     let job = Job(Some(Call {
         shared: shared.clone(),
+        submitted: Instant::now(),
+        epoch: WAIT_EPOCH.load(Ordering::SeqCst),
         future: future.clone().unbind(),
         func: func.clone().unbind(),
         args: args.clone().unbind(),

@@ -83,7 +83,10 @@ class Future(_BaseFuture[_T]):
         return timeout
 
     def result(self, timeout: float | None = None) -> _T:
-        return super().result(self._ws_wait(timeout))
+        timeout = self._ws_wait(timeout)
+        if self._state == "FINISHED" and self._exception is None:
+            return self._result  # type: ignore[return-value]
+        return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         return super().exception(self._ws_wait(timeout))
