@@ -637,6 +637,9 @@ static void conn_reconcile(conn *c, int64_t now)
 
 static void conn_task(void *arg);
 
+/* on_cancel: the pool dropped the task unrun (only a CANCEL shutdown does
+ * that here). Its lines cannot be answered: close the connection. If the
+ * loop has already stopped, main() drains the notify list after destroy. */
 static void conn_task_cancelled(void *arg)
 {
     conn *c = arg;
@@ -644,6 +647,7 @@ static void conn_task_cancelled(void *arg)
     c->in_flight = false;
     c->dead = true;
     c->reason = CR_SHUTDOWN;
+    notify_loop_locked(c);
     pthread_mutex_unlock(&c->lock);
     conn_unref(c);
 }

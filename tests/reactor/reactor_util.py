@@ -89,8 +89,16 @@ class Server:
         # Every test ends with a graceful stop, so each one also checks that
         # the server shuts down cleanly (exit 0, no sanitizer report).
         rc = self.stop()
-        problems = [l for l in self.log_text().splitlines()
+        log = self.log_text()
+        problems = [l for l in log.splitlines()
                     if "AddressSanitizer" in l or "runtime error:" in l or "LeakSanitizer" in l]
+        lsan_unusable = [l for l in problems if "LeakSanitizer has encountered a fatal error" in l]
+        if lsan_unusable and len(problems) == len(lsan_unusable) and "ThreadSanitizer" not in log:
+            # LeakSanitizer needs ptrace, which some containers forbid: that is
+            # the environment, not a leak. Everything else was still checked.
+            print("    note: LeakSanitizer cannot run here (ptrace forbidden?); leak check skipped",
+                  flush=True)
+            return False
         if rc != 0 or problems:
             raise AssertionError("server did not stop cleanly (exit status %r):\n%s" % (
                 rc, "\n".join(problems) or self.log_text()))

@@ -117,6 +117,31 @@ def test_protocol_blocking_mode():
     return "blocking mode answers PING/ECHO/WORK/SLEEP and refuses an oversize line"
 
 
+@test(timeout=30)
+def test_bad_flags():
+    """Bad command-line input: a clear message on stderr, exit status 2, no server."""
+    import subprocess
+    cases = [["--port", "99999"], ["--mode", "evented"], ["--workers", "two"], ["--growth", "fast"],
+             ["--write-cap", "0"], ["--frobnicate", "1"], ["--port"], ["--host", "localhost"],
+             ["--workers", "10", "--max-threads", "5"]]  # the last one is refused by wspool_create
+    for args in cases:
+        p = subprocess.run([SERVER, *args], capture_output=True, text=True, timeout=10)
+        if p.returncode != 2 or "reactor_server:" not in p.stderr:
+            raise AssertionError("%s: exit %d, stderr %r" % (args, p.returncode, p.stderr[-200:]))
+    with Server(SERVER, "--workers", 2) as srv:
+        # the port is taken: bind fails with a clear message
+        p = subprocess.run([SERVER, "--port", str(srv.port)], capture_output=True, text=True, timeout=10)
+        if p.returncode != 2 or "bind" not in p.stderr:
+            raise AssertionError("port in use: exit %d, stderr %r" % (p.returncode, p.stderr))
+    loadgen = os.path.join(os.path.dirname(SERVER), "loadgen")
+    if os.access(loadgen, os.X_OK):
+        for args in (["--conns", "0"], ["--depth", "65"], ["--bogus"]):
+            p = subprocess.run([loadgen, *args], capture_output=True, text=True, timeout=10)
+            if p.returncode != 2 or "loadgen:" not in p.stderr:
+                raise AssertionError("loadgen %s: exit %d, stderr %r" % (args, p.returncode, p.stderr))
+    return "%d bad flag sets and a taken port refused with exit 2 and a message" % (len(cases) + 1)
+
+
 # ------------------------------------------------- seed 002: the late client
 
 
