@@ -29,19 +29,34 @@ fn pacing(cfg: &Config) -> Pacing {
     } else {
         Duration::from_secs(2)
     };
-    Pacing { settle: SETTLE, quiet_max_wait: wait, quiet_cores: QUIET_CORES }
+    Pacing {
+        settle: SETTLE,
+        quiet_max_wait: wait,
+        quiet_cores: QUIET_CORES,
+        retries: if cfg.quiet_gate { 2 } else { 0 },
+    }
 }
 
-/// One line on how busy the (shared) machine was while a workload ran.
-fn background<T>(r: &Rounds<T>) -> String {
+/// What follows a workload's table: wspool's stats lines, then how busy the
+/// (shared) machine was while the workload ran.
+fn background<T>(r: &Rounds<T>, stats: &[String]) -> String {
     let load = match r.foreign_cores {
         Some(c) => format!("other processes used {} CPU cores on average during the measured runs", fmt(c, 2)),
         None => "the load of other processes is unknown (no /proc/stat)".to_owned(),
     };
-    format!(
-        "_Background: {load}; {} of {} rounds started with the machine still busy (> {QUIET_CORES} cores) after the quiet wait._\n",
-        r.busy_rounds, r.rounds
-    )
+    let mut out: String = stats.iter().map(|l| format!("- {l}\n")).collect();
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out += &format!(
+        "_Background: {load}; {} of {} rounds started with the machine still busy (> {QUIET_CORES} cores) after the quiet wait; \
+         {} runs were repeated because other processes used > {} cores during them._\n",
+        r.busy_rounds,
+        r.rounds,
+        r.retried,
+        2.0 * QUIET_CORES
+    );
+    out
 }
 
 /// Everything printed at the end: the targets and whether they are met.
@@ -111,14 +126,17 @@ fn ws_pool(name: &str, threads: usize) -> wspool::Pool {
     wspool::Pool::builder().name(name).min_threads(threads).build().expect("wspool pool")
 }
 
-/// wspool's own view of a workload, for the table's notes.
-fn ws_stats_note(p: &wspool::Pool) -> String {
+/// wspool's own view of a workload (its stats), printed under the table.
+fn ws_stats_line(row: &str, p: &wspool::Pool) -> String {
     let st = p.stats();
     format!(
-        " [pool after all rounds: peak threads {} ({} starvation injections), steals {}, spin hits/misses {}/{}, spin threshold {} µs]",
+        "`{row}` pool after all rounds: peak threads {} ({} starvation injections), steals {}, local/global pops {}/{}, \
+         spin hits/misses {}/{}, spin threshold {} µs",
         st.peak_threads,
         st.starvation_injections,
         st.steals,
+        st.local_pops,
+        st.global_pops,
         st.spin_hits,
         st.spin_misses,
         st.spin_threshold_ns / 1000
@@ -256,16 +274,13 @@ fn w1_flood(cfg: &Config, report: &mut Report) {
         },
     ));
     let res = run_rounds(&mut cs, 1, cfg.reps, pacing(cfg));
-    {
-        cs[0].note += &ws_stats_note(&ws);
-        cs[1].note += &ws_stats_note(&wg);
-    }
+    let stats = vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wg)];
     let title = format!(
         "W1 flood: {n} tiny tasks (a relaxed `fetch_add`) from a foreign thread, then wait for all (M tasks/s, higher is better)"
     );
     let (sums, best) =
         print_single(&title, Metric { unit: "M tasks/s", higher_is_better: true, digits: 2 }, &cs, &res.values);
-    println!("{}", background(&res));
+    println!("{}", background(&res, &stats));
     let ws_best =
         cs.iter().enumerate().filter(|(_, c)| c.is_wspool).max_by(|a, b| sums[a.0].median.total_cmp(&sums[b.0].median));
     if let (Some((i, c)), Some(b)) = (ws_best, best) {
@@ -409,12 +424,10 @@ fn w2_fib(cfg: &Config, report: &mut Report) {
     );
     let reps = cfg.reps * 3; // each run is a few milliseconds
     let res = run_rounds(&mut cs, 2, reps, pacing(cfg));
-    for (i, ws) in wss.iter().enumerate() {
-        cs[i].note += &ws_stats_note(ws);
-    }
+    let stats: Vec<String> = wss.iter().enumerate().map(|(i, ws)| ws_stats_line(&cs[i].name, ws)).collect();
     let title = format!("W2 fork-join fib({n}), every level forked (ms, lower is better; {reps} repetitions)");
     let (sums, _) = print_single(&title, Metric { unit: "ms", higher_is_better: false, digits: 2 }, &cs, &res.values);
-    println!("{}", background(&res));
+    println!("{}", background(&res, &stats));
     match (idx(&cs, "wspool join"), idx(&cs, "rayon join")) {
         (Some(w), Some(r)) => {
             let ratio = sums[w].median / sums[r].median;
@@ -510,10 +523,7 @@ fn w3_ping_pong(cfg: &Config, report: &mut Report) {
         })
     }));
     let res = run_rounds(&mut cs, 1, cfg.reps, pacing(cfg));
-    {
-        cs[0].note += &ws_stats_note(&ws);
-        cs[1].note += &ws_stats_note(&wc);
-    }
+    let stats = vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wc)];
     let p50: Vec<Summary> =
         res.values.iter().map(|v| summarize(&v.iter().map(|x| x.0).collect::<Vec<_>>()).expect("p50")).collect();
     let p99: Vec<Summary> =
@@ -543,7 +553,7 @@ fn w3_ping_pong(cfg: &Config, report: &mut Report) {
         "### W3 ping-pong: submit one task, wait for it; {iters} round trips per repetition (µs, lower is better; median of the per-repetition percentiles)\n\n{}",
         t.render()
     );
-    println!("{}", background(&res));
+    println!("{}", background(&res, &stats));
     match (idx(&cs, "wspool submit+wait"), best) {
         (Some(w), Some(b)) => {
             let ws_best = [Some(w), idx(&cs, "wspool spawn+channel")]
@@ -706,17 +716,14 @@ fn w4_nested(cfg: &Config, report: &mut Report) {
         },
     ));
     let res = run_rounds(&mut cs, 1, cfg.reps, pacing(cfg));
-    {
-        cs[0].note += &ws_stats_note(&ws);
-        cs[1].note += &ws_stats_note(&wsc);
-    }
+    let stats = vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wsc)];
     let title = format!(
         "W4 nested: {roots} root tasks each spawn {children} children and wait for them ({total} tasks; M tasks/s, higher is better; \
          `threadpool` has no nested wait: a root blocking a worker would deadlock it)"
     );
     let (sums, _) =
         print_single(&title, Metric { unit: "M tasks/s", higher_is_better: true, digits: 2 }, &cs, &res.values);
-    println!("{}", background(&res));
+    println!("{}", background(&res, &stats));
     let ws_best =
         cs.iter().enumerate().filter(|(_, c)| c.is_wspool).max_by(|a, b| sums[a.0].median.total_cmp(&sums[b.0].median));
     match ws_best {
@@ -861,7 +868,7 @@ fn w6_growth(cfg: &Config, report: &mut Report) {
     // Pool creation is not timed: each repetition builds a fresh pool, lets
     // its threads start, then times from the first submit to the last finish.
     let warm = Duration::from_millis(20);
-    let peaks: [RefCell<Vec<u32>>; 2] = [RefCell::new(Vec::new()), RefCell::new(Vec::new())];
+    let peaks: [RefCell<Vec<wspool::Stats>>; 2] = [RefCell::new(Vec::new()), RefCell::new(Vec::new())];
     let mut cs: Vec<Contender<'_, f64>> = Vec::new();
     {
         for (k, declared) in [(0usize, true), (1, false)] {
@@ -888,7 +895,7 @@ fn w6_growth(cfg: &Config, report: &mut Report) {
                 }
                 g.wait().expect("group");
                 let dt = ms(t0.elapsed());
-                peaks[k].borrow_mut().push(ws.stats().peak_threads);
+                peaks[k].borrow_mut().push(ws.stats());
                 dt
             }));
         }
@@ -943,19 +950,31 @@ fn w6_growth(cfg: &Config, report: &mut Report) {
     )
     .as_reference());
     let res = run_rounds(&mut cs, 1, reps, pacing(cfg));
-    for (k, p) in peaks.iter().enumerate() {
-        let mut v = p.borrow().clone();
-        v.sort_unstable();
-        if let (Some(lo), Some(hi)) = (v.first(), v.last()) {
-            cs[k].note += &format!(" (peak threads {lo}–{hi})");
-        }
-    }
+    let range = |v: &[wspool::Stats], f: fn(&wspool::Stats) -> u64| {
+        let lo = v.iter().map(f).min().unwrap_or(0);
+        let hi = v.iter().map(f).max().unwrap_or(0);
+        if lo == hi { lo.to_string() } else { format!("{lo}–{hi}") }
+    };
+    let stats: Vec<String> = peaks
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let v = p.borrow();
+            format!(
+                "`{}` per run: peak threads {}, threads started {}, starvation injections {}",
+                cs[k].name,
+                range(&v, |s| s.peak_threads as u64),
+                range(&v, |s| s.threads_started),
+                range(&v, |s| s.starvation_injections)
+            )
+        })
+        .collect();
     let title = format!(
         "W6 growth: {n} tasks each sleeping {} ms, submitted from a foreign thread (ms wall, lower is better)",
         nap.as_millis()
     );
     let (sums, _) = print_single(&title, Metric { unit: "ms", higher_is_better: false, digits: 1 }, &cs, &res.values);
-    println!("{}", background(&res));
+    println!("{}", background(&res, &stats));
     match (idx(&cs, "wspool blocking"), idx(&cs, "wspool undeclared")) {
         (Some(a), Some(b)) => {
             report.target(
