@@ -246,3 +246,21 @@ def test_bad_max_workers(make_executor: ExecutorFactory, bad: object, exc: type[
 def test_initializer_must_be_callable(make_executor: ExecutorFactory) -> None:
     with pytest.raises(TypeError):
         make_executor(max_workers=1, initializer=42)
+
+
+def test_map_cut_short_by_shutdown_cancel_futures(make_executor: ExecutorFactory) -> None:
+    ex = make_executor(max_workers=1)
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait(EVENTUALLY)
+
+    first = ex.submit(hold)
+    assert started.wait(EVENTUALLY)
+    it = ex.map(add, range(10))
+    ex.shutdown(wait=False, cancel_futures=True)
+    gate.set()
+    with pytest.raises(cf.CancelledError):
+        list(it)
+    first.result(timeout=EVENTUALLY)

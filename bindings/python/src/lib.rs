@@ -54,6 +54,11 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 const MAP_RUN_AHEAD: usize = 256;
 /// ...and stops taking more after this long, so long items spread out.
 const MAP_RUN_AHEAD_TIME: Duration = Duration::from_micros(500);
+/// While chunks remain, a map keeps up to this many tasks queued: enough for
+/// lent or injected threads to join in at once, few enough that a long,
+/// busy map never looks like a starving backlog (which needs more queued
+/// tasks than two monitor intervals of completions).
+const MAP_QUEUED: usize = 4;
 
 /// Bumped in every forked child (see `_after_fork_child`).
 static FORK_GEN: AtomicU64 = AtomicU64::new(0);
@@ -452,6 +457,16 @@ impl Call {
     }
 }
 
+fn cancelled_error(py: Python<'_>, msg: &str) -> PyErr {
+    match py.import("concurrent.futures").and_then(|m| m.getattr("CancelledError")) {
+        Ok(cls) => match cls.call1((msg,)) {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
 fn base_future_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static CLS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
     CLS.get_or_try_init(py, || Ok::<_, PyErr>(py.import("concurrent.futures")?.getattr("Future")?.unbind()))
@@ -681,7 +696,7 @@ impl Core {
         }
         let n = chunks.len();
         let state = Arc::new(MapState {
-            shared: owner.shared.clone(),
+            owner: self.owner.clone(),
             func: fn_,
             done: (0..n).map(|_| AtomicBool::new(false)).collect(),
             chunks,
@@ -690,17 +705,14 @@ impl Core {
             waiting: AtomicBool::new(false),
             lock: Mutex::new(()),
             cv: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
         });
-        let pool: &Pool = &owner.pool;
-        let spawn_all = || -> Result<(), SubmitErrorKind> {
-            for _ in 0..n {
-                let st = state.clone();
-                pool.spawn(move || map_task(&st)).map_err(|e| e.kind())?;
-            }
-            Ok(())
-        };
-        // Queueing never needs the GIL; with reject="block" it may wait for room.
-        if let Err(kind) = py.detach(spawn_all) {
+        // A few tasks to start; each keeps one more queued while chunks
+        // remain (see `Ticket`). Queueing never needs the GIL, and with
+        // reject="block" it may wait for room.
+        let first = n.min(owner.pool.min_threads().max(1));
+        if let Err(kind) = py.detach(|| (0..first).try_for_each(|_| spawn_ticket(&state))) {
             state.cancel(py);
             return Err(submit_error(&owner.shared, kind));
         }
@@ -908,10 +920,14 @@ enum Chunk {
     Running,
     Done(Vec<PyResult<Py<PyAny>>>),
     Taken,
+    /// Never ran: the pool dropped the map's tasks (shutdown with cancel_futures).
+    Aborted,
 }
 
 struct MapState {
-    shared: Arc<Shared>,
+    /// Tickets spawn successors on this pool (an `Owner`, so that dropping
+    /// the last reference anywhere never joins the pool in place).
+    owner: Arc<Owner>,
     func: Py<PyAny>,
     chunks: Vec<Mutex<Chunk>>,
     done: Vec<AtomicBool>,
@@ -922,9 +938,16 @@ struct MapState {
     waiting: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
+    /// Tickets queued and not started / not finished.
+    queued: AtomicUsize,
+    live: AtomicUsize,
 }
 
 impl MapState {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.owner.shared
+    }
+
     fn claimable(&self) -> bool {
         !self.cancelled.load(Ordering::Relaxed) && self.next.load(Ordering::Relaxed) < self.chunks.len()
     }
@@ -948,7 +971,7 @@ impl MapState {
         let mut out = Vec::with_capacity(args.len());
         let func = self.func.bind(py);
         for a in args {
-            let r = match self.shared.broken_error(py) {
+            let r = match self.shared().broken_error(py) {
                 Some(e) => Err(e),
                 None => match a.bind(py).cast::<PyTuple>() {
                     Ok(t) => func.call1(t).map(Bound::unbind),
@@ -962,12 +985,27 @@ impl MapState {
             }
         }
         *lock(&self.chunks[i]) = Chunk::Done(out);
+        self.mark_done(i);
+        true
+    }
+
+    fn mark_done(&self, i: usize) {
         self.done[i].store(true, Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) {
             let _g = lock(&self.lock);
             self.cv.notify_all();
         }
-        true
+    }
+
+    /// The last task of the map was dropped unrun (the pool was shut down
+    /// with cancel_futures=True): the calls nobody will run end as cancelled.
+    fn abort(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        let from = self.next.fetch_add(self.chunks.len(), Ordering::SeqCst);
+        for i in from.min(self.chunks.len())..self.chunks.len() {
+            *lock(&self.chunks[i]) = Chunk::Aborted;
+            self.mark_done(i);
+        }
     }
 
     /// Stops the map: unclaimed chunks never run and their arguments are released.
@@ -983,21 +1021,67 @@ impl MapState {
     }
 }
 
-/// One map task: runs the next chunk and, while it holds the GIL anyway,
-/// a bounded number of further chunks (tasks that find nothing left return
-/// at once without touching Python).
-fn map_task(state: &Arc<MapState>) {
-    if !state.claimable() {
-        return;
-    }
-    state.shared.run_python(|py| {
-        let start = Instant::now();
-        for _ in 0..MAP_RUN_AHEAD {
-            if !state.run_next(py) || start.elapsed() >= MAP_RUN_AHEAD_TIME {
-                break;
-            }
+fn spawn_ticket(state: &Arc<MapState>) -> Result<(), SubmitErrorKind> {
+    state.queued.fetch_add(1, Ordering::SeqCst);
+    state.live.fetch_add(1, Ordering::SeqCst);
+    let ticket = Ticket { state: state.clone(), started: false };
+    // A refused ticket comes back in the error and is dropped: its Drop
+    // undoes the counts (and aborts the map only if no other task is left).
+    state.owner.pool.spawn(move || ticket.run()).map_err(|e| e.kind())
+}
+
+/// One task of a map. It runs the next chunk and, while it holds the GIL
+/// anyway, further chunks (at most `MAP_RUN_AHEAD`, for at most
+/// `MAP_RUN_AHEAD_TIME`). While chunks remain it keeps up to `MAP_QUEUED`
+/// tickets queued, so idle, lent (`blocking()`) or injected threads join in,
+/// and the pool's queue never holds more than that per map: a long map does
+/// not look like a backlog to the starvation monitor.
+struct Ticket {
+    state: Arc<MapState>,
+    started: bool,
+}
+
+impl Ticket {
+    fn run(mut self) {
+        self.started = true;
+        let st = &self.state;
+        st.queued.fetch_sub(1, Ordering::SeqCst);
+        if !st.claimable() {
+            return;
         }
-    });
+        st.shared().run_python(|py| {
+            let start = Instant::now();
+            let mut alone = false;
+            for ran in 0.. {
+                let queued = st.queued.load(Ordering::SeqCst);
+                if !alone
+                    && queued < MAP_QUEUED
+                    && st.next.load(Ordering::SeqCst) + queued + 1 < st.chunks.len()
+                    && spawn_ticket(st).is_err()
+                {
+                    alone = true; // no successor: this task runs the rest
+                }
+                if !st.run_next(py) {
+                    break;
+                }
+                if !alone && (ran + 1 >= MAP_RUN_AHEAD || start.elapsed() >= MAP_RUN_AHEAD_TIME) {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let st = &self.state;
+        if !self.started {
+            st.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        if st.live.fetch_sub(1, Ordering::SeqCst) == 1 && st.claimable() {
+            st.abort();
+        }
+    }
 }
 
 /// The iterator `Pool.map` returns: results in order; the first exception
@@ -1026,8 +1110,14 @@ impl MapIter {
     /// chunks of this map itself meanwhile.
     fn wait_chunk(&self, py: Python<'_>, i: usize) -> PyResult<bool> {
         let st = &self.state;
-        if st.shared.is_worker_here() {
-            while !st.done[i].load(Ordering::SeqCst) && st.run_next(py) {}
+        if st.shared().is_worker_here() {
+            // Run this map's unclaimed chunks here (not a busy wait: each
+            // iteration runs a chunk, and the loop ends when none is left).
+            while !st.done[i].load(Ordering::SeqCst) {
+                if !st.run_next(py) {
+                    break;
+                }
+            }
         }
         if st.done[i].load(Ordering::SeqCst) {
             return Ok(true);
@@ -1073,7 +1163,7 @@ impl MapIter {
     }
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        check_gen(self.state.shared.gen_)?;
+        check_gen(self.state.shared().gen_)?;
         loop {
             if let Some(r) = self.buf.pop_front() {
                 return match r {
@@ -1094,8 +1184,13 @@ impl MapIter {
                 return Err(PyTimeoutError::new_err("map() timed out"));
             }
             let taken = std::mem::replace(&mut *lock(&self.state.chunks[i]), Chunk::Taken);
-            if let Chunk::Done(results) = taken {
-                self.buf.extend(results);
+            match taken {
+                Chunk::Done(results) => self.buf.extend(results),
+                Chunk::Aborted => {
+                    self.finish(py);
+                    return Err(cancelled_error(py, "map() stopped: the pool shut down before these calls ran"));
+                }
+                _ => {}
             }
             self.next_chunk += 1;
         }
@@ -1106,7 +1201,9 @@ impl MapIter {
         self.finish(py);
     }
 
-    fn __len__(&self) -> usize {
+    /// How many calls the map has (a hint for `list()`; not a length: it
+    /// is an iterator, and like a generator it is always true).
+    fn __length_hint__(&self) -> usize {
         self.total
     }
 }
