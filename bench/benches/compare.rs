@@ -748,7 +748,12 @@ fn w5_idle(cfg: &Config, report: &mut Report) {
 
     /// Floods `pool` with `n` tasks through `spawn`, waits, then measures the
     /// CPU of the threads named `prefix*` over `window`: ms CPU per second.
-    fn measure(prefix: &str, window: Duration, flood: &mut dyn FnMut(), foreign: &mut Vec<f64>) -> (f64, usize, bool) {
+    fn measure(
+        prefix: &str,
+        window: Duration,
+        flood: &mut dyn FnMut(),
+        foreign: &mut Vec<f64>,
+    ) -> (Vec<cpu::ThreadCpu>, bool) {
         flood();
         let (before, precise) = cpu::snapshot(prefix);
         let probe = load::Probe::start();
@@ -757,34 +762,44 @@ fn w5_idle(cfg: &Config, report: &mut Report) {
             foreign.push(f.max(0) as f64 / w as f64);
         }
         let (after, precise2) = cpu::snapshot(prefix);
-        let (ns, threads) = cpu::delta(&before, &after);
-        (ns as f64 / 1e6 / window.as_secs_f64(), threads, precise && precise2)
+        (cpu::delta(&before, &after), precise && precise2)
     }
 
-    let mut t = Table::new(&["Implementation", ">CPU ms per s (median)", ">Min–max", ">Threads measured", "How"]);
+    let per_s = |ns: u64| ns as f64 / 1e6 / window.as_secs_f64();
+    let mut t = Table::new(&[
+        "Implementation",
+        ">CPU ms per s (median)",
+        ">Min–max",
+        ">Threads",
+        "Per thread, ms per s (the median window)",
+        "How",
+    ]);
     let mut all_precise = true;
     let mut ws_value: Option<f64> = None;
     let mut foreign = Vec::new();
     type Flood<'a> = Box<dyn FnMut() + 'a>;
     let mut run = |name: &str, note: &str, prefix: &str, is_ws: bool, flood: &mut Flood<'_>| {
-        let mut vals = Vec::new();
-        let mut threads = 0;
+        let mut windows = Vec::new();
         for _ in 0..reps {
             std::thread::sleep(SETTLE);
-            let (v, k, p) = measure(prefix, window, flood, &mut foreign);
-            vals.push(v);
-            threads = k;
+            let (threads, p) = measure(prefix, window, flood, &mut foreign);
             all_precise &= p;
+            windows.push((per_s(threads.iter().map(|t| t.ns).sum()), threads));
         }
+        let vals: Vec<f64> = windows.iter().map(|w| w.0).collect();
         let s = summarize(&vals).expect("idle samples");
         if is_ws {
             ws_value = Some(s.median);
         }
+        windows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (_, mid) = &windows[windows.len() / 2];
+        let detail: Vec<String> = mid.iter().map(|t| format!("{} {}", t.name, fmt(per_s(t.ns), 3))).collect();
         t.row(&[
             if is_ws { format!("**{name}**") } else { name.to_owned() },
             fmt(s.median, 3),
             format!("{}–{}", fmt(s.min, 3), fmt(s.max, 3)),
-            threads.to_string(),
+            mid.len().to_string(),
+            detail.join(", "),
             note.to_owned(),
         ]);
     };

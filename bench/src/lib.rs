@@ -409,11 +409,20 @@ impl Countdown {
 pub mod cpu {
     use super::*;
 
+    /// One thread's CPU time.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ThreadCpu {
+        /// The thread's name (`comm`, at most 15 bytes).
+        pub name: String,
+        /// CPU time consumed so far, in ns.
+        pub ns: u64,
+    }
+
     /// CPU time per thread id of the threads whose name starts with `prefix`.
     /// Uses `/proc/self/task/<tid>/schedstat` (nanoseconds on CPU) and falls
     /// back to `stat`'s utime + stime (clock ticks) where schedstat is absent.
     /// The flag says whether every figure had nanosecond precision.
-    pub fn snapshot(prefix: &str) -> (HashMap<u32, u64>, bool) {
+    pub fn snapshot(prefix: &str) -> (HashMap<u32, ThreadCpu>, bool) {
         let mut map = HashMap::new();
         let mut precise = true;
         let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return (map, false) };
@@ -421,17 +430,18 @@ pub mod cpu {
             let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
             let base = entry.path();
             let Ok(comm) = std::fs::read_to_string(base.join("comm")) else { continue };
-            if !comm.trim_end().starts_with(prefix) {
+            let name = comm.trim_end().to_owned();
+            if !name.starts_with(prefix) {
                 continue;
             }
             if let Some(ns) = std::fs::read_to_string(base.join("schedstat"))
                 .ok()
                 .and_then(|s| s.split_whitespace().next().and_then(|f| f.parse::<u64>().ok()))
             {
-                map.insert(tid, ns);
+                map.insert(tid, ThreadCpu { name, ns });
             } else if let Some(ns) = std::fs::read_to_string(base.join("stat")).ok().and_then(|s| stat_cpu_ns(&s)) {
                 precise = false;
-                map.insert(tid, ns);
+                map.insert(tid, ThreadCpu { name, ns });
             }
         }
         (map, precise)
@@ -451,12 +461,19 @@ pub mod cpu {
         Some((utime + stime) * (1_000_000_000 / tck))
     }
 
-    /// CPU nanoseconds spent between two snapshots (threads born in between
-    /// count from zero; threads that exited in between are lost), and the
-    /// number of threads seen at the end.
-    pub fn delta(before: &HashMap<u32, u64>, after: &HashMap<u32, u64>) -> (u64, usize) {
-        let ns = after.iter().map(|(tid, &ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum();
-        (ns, after.len())
+    /// CPU nanoseconds spent between two snapshots, per thread of the later
+    /// one, busiest first (threads born in between count from zero; threads
+    /// that exited in between are lost).
+    pub fn delta(before: &HashMap<u32, ThreadCpu>, after: &HashMap<u32, ThreadCpu>) -> Vec<ThreadCpu> {
+        let mut v: Vec<ThreadCpu> = after
+            .iter()
+            .map(|(tid, t)| ThreadCpu {
+                name: t.name.clone(),
+                ns: t.ns.saturating_sub(before.get(tid).map(|b| b.ns).unwrap_or(0)),
+            })
+            .collect();
+        v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
+        v
     }
 
     fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -670,6 +687,13 @@ mod tests {
         assert_eq!(cpu::stat_cpu_ns("garbage"), None);
         let (me, _) = cpu::snapshot("");
         assert!(!me.is_empty());
+        let mut before = HashMap::new();
+        before.insert(1, cpu::ThreadCpu { name: "a".into(), ns: 10 });
+        let mut after = before.clone();
+        after.get_mut(&1).unwrap().ns = 15;
+        after.insert(2, cpu::ThreadCpu { name: "b".into(), ns: 7 });
+        let d = cpu::delta(&before, &after);
+        assert_eq!(d, vec![cpu::ThreadCpu { name: "b".into(), ns: 7 }, cpu::ThreadCpu { name: "a".into(), ns: 5 }]);
         let p = load::Probe::start().expect("/proc/stat");
         let (_, wall) = p.finish().expect("/proc/stat");
         assert!(wall >= 0);
