@@ -39,17 +39,9 @@ fn print_stats(label: &str, pool: &Pool) {
 }
 
 fn main() {
-    let pool = Pool::builder()
-        .name("demo")
-        .min_threads(2)
-        .keep_alive(Duration::from_millis(300))
-        .build()
-        .expect("pool");
-    println!(
-        "wspool demo: {} workers (max {})",
-        pool.min_threads(),
-        pool.max_threads()
-    );
+    let pool =
+        Pool::builder().name("demo").min_threads(2).keep_alive(Duration::from_millis(300)).build().expect("pool");
+    println!("wspool demo: {} workers (max {})", pool.min_threads(), pool.max_threads());
 
     // 1. Flood: one foreign thread submits a million tiny tasks.
     let counter = Arc::new(AtomicU64::new(0));
@@ -75,15 +67,8 @@ fn main() {
 
     // 2. Fork-join: fib(25) with join at every level, no heap allocation.
     let t = Instant::now();
-    let v = pool
-        .submit(|| fib(25))
-        .expect("submit")
-        .wait()
-        .expect("fib");
-    println!(
-        "2. fork-join: fib(25) = {v} in {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    let v = pool.submit(|| fib(25)).expect("submit").wait().expect("fib");
+    println!("2. fork-join: fib(25) = {v} in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
 
     // 3. Sync-over-async (seed 000): tasks wait on inner tasks; helping
     //    means no extra threads are needed.
@@ -91,19 +76,10 @@ fn main() {
     let handles: Vec<_> = (0..200)
         .map(|i| {
             let p = pool.clone();
-            pool.submit(move || {
-                p.submit(move || i * 2)
-                    .expect("inner")
-                    .wait()
-                    .expect("inner result")
-            })
-            .expect("outer")
+            pool.submit(move || p.submit(move || i * 2).expect("inner").wait().expect("inner result")).expect("outer")
         })
         .collect();
-    let sum: u64 = handles
-        .into_iter()
-        .map(|h| h.wait().expect("outer result"))
-        .sum();
+    let sum: u64 = handles.into_iter().map(|h| h.wait().expect("outer result")).sum();
     println!(
         "3. nested waits: 200 outer tasks each waiting on an inner one, sum = {sum}, {:.1} ms",
         t.elapsed().as_secs_f64() * 1e3
@@ -113,28 +89,20 @@ fn main() {
     let t = Instant::now();
     let g = pool.group();
     for _ in 0..100 {
-        g.spawn(|| wspool::blocking(|| std::thread::sleep(Duration::from_millis(10))))
-            .expect("spawn");
+        g.spawn(|| wspool::blocking(|| std::thread::sleep(Duration::from_millis(10)))).expect("spawn");
     }
     g.wait().expect("ok");
-    println!(
-        "4. 100 x 10 ms blocking sleeps on 2 workers: {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    println!("4. 100 x 10 ms blocking sleeps on 2 workers: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     print_stats("after blocking burst", &pool);
 
     // 5. Undeclared blocking: the starvation monitor adds threads.
     let t = Instant::now();
     let g = pool.group();
     for _ in 0..100 {
-        g.spawn(|| std::thread::sleep(Duration::from_millis(10)))
-            .expect("spawn");
+        g.spawn(|| std::thread::sleep(Duration::from_millis(10))).expect("spawn");
     }
     g.wait().expect("ok");
-    println!(
-        "5. 100 x 10 ms undeclared sleeps: {:.1} ms (monitor-injected threads)",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    println!("5. 100 x 10 ms undeclared sleeps: {:.1} ms (monitor-injected threads)", t.elapsed().as_secs_f64() * 1e3);
     print_stats("after undeclared burst", &pool);
 
     // 6. Serial queue: per-key order.
@@ -151,14 +119,10 @@ fn main() {
     // 7. Idle: extra threads retire after keep-alive; an idle pool sleeps.
     std::thread::sleep(Duration::from_millis(600));
     print_stats("idle after keep-alive", &pool);
-    let growth = if pool.stats().threads as usize == pool.min_threads() {
-        "back to min_threads"
-    } else {
-        "still shrinking"
-    };
+    let growth =
+        if pool.stats().threads as usize == pool.min_threads() { "back to min_threads" } else { "still shrinking" };
     println!("7. idle: {growth}");
     let _ = Growth::Adaptive;
-    pool.shutdown(wspool::Shutdown::Drain, Some(Duration::from_secs(5)))
-        .expect("shutdown");
+    pool.shutdown(wspool::Shutdown::Drain, Some(Duration::from_secs(5))).expect("shutdown");
     println!("shut down cleanly");
 }

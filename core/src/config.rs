@@ -182,15 +182,10 @@ impl Builder {
             return Err(ConfigError::new("name contains a NUL byte"));
         }
         if self.min_threads == 0 {
-            self.min_threads = std::thread::available_parallelism()
-                .map_or(2, |n| n.get())
-                .max(2);
+            self.min_threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
         }
         if self.min_threads > MAX_THREADS_LIMIT {
-            return Err(ConfigError::new(format!(
-                "min_threads {} exceeds {MAX_THREADS_LIMIT}",
-                self.min_threads
-            )));
+            return Err(ConfigError::new(format!("min_threads {} exceeds {MAX_THREADS_LIMIT}", self.min_threads)));
         }
         if self.growth == Growth::Fixed {
             self.max_threads = self.min_threads;
@@ -204,37 +199,24 @@ impl Builder {
             )));
         }
         if self.max_threads > MAX_THREADS_LIMIT {
-            return Err(ConfigError::new(format!(
-                "max_threads {} exceeds {MAX_THREADS_LIMIT}",
-                self.max_threads
-            )));
+            return Err(ConfigError::new(format!("max_threads {} exceeds {MAX_THREADS_LIMIT}", self.max_threads)));
         }
         if self.growth == Growth::QueueFirst && self.queue_capacity == 0 {
-            return Err(ConfigError::new(
-                "QueueFirst grows only when the queue is full: it needs a queue_capacity",
-            ));
+            return Err(ConfigError::new("QueueFirst grows only when the queue is full: it needs a queue_capacity"));
         }
         if self.keep_alive.is_zero() {
             return Err(ConfigError::new("keep_alive must be positive"));
         }
         if self.spin_max_us > 100_000 {
-            return Err(ConfigError::new(
-                "spin_max_us above 100000 (0.1 s) is never useful",
-            ));
+            return Err(ConfigError::new("spin_max_us above 100000 (0.1 s) is never useful"));
         }
-        if self.monitor_interval < Duration::from_millis(1)
-            || self.monitor_interval > Duration::from_secs(10)
-        {
-            return Err(ConfigError::new(
-                "monitor_interval must be between 1 ms and 10 s",
-            ));
+        if self.monitor_interval < Duration::from_millis(1) || self.monitor_interval > Duration::from_secs(10) {
+            return Err(ConfigError::new("monitor_interval must be between 1 ms and 10 s"));
         }
         if let Reject::BlockFor(d) = self.reject
             && d.is_zero()
         {
-            return Err(ConfigError::new(
-                "Reject::BlockFor needs a positive timeout (use Abort to never wait)",
-            ));
+            return Err(ConfigError::new("Reject::BlockFor needs a positive timeout (use Abort to never wait)"));
         }
         Ok(self)
     }
@@ -259,47 +241,18 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_a_message() {
-        let e = Builder::default()
-            .min_threads(8)
-            .max_threads(4)
-            .validate()
-            .unwrap_err();
+        let e = Builder::default().min_threads(8).max_threads(4).validate().unwrap_err();
         assert!(e.to_string().contains("below min_threads"), "{e}");
-        assert!(
-            Builder::default()
-                .growth(Growth::QueueFirst)
-                .validate()
-                .is_err()
-        );
-        assert!(
-            Builder::default()
-                .keep_alive(Duration::ZERO)
-                .validate()
-                .is_err()
-        );
+        assert!(Builder::default().growth(Growth::QueueFirst).validate().is_err());
+        assert!(Builder::default().keep_alive(Duration::ZERO).validate().is_err());
         assert!(Builder::default().name("a\0b").validate().is_err());
-        assert!(
-            Builder::default()
-                .max_threads(MAX_THREADS_LIMIT + 1)
-                .validate()
-                .is_err()
-        );
-        assert!(
-            Builder::default()
-                .reject(Reject::BlockFor(Duration::ZERO))
-                .validate()
-                .is_err()
-        );
+        assert!(Builder::default().max_threads(MAX_THREADS_LIMIT + 1).validate().is_err());
+        assert!(Builder::default().reject(Reject::BlockFor(Duration::ZERO)).validate().is_err());
     }
 
     #[test]
     fn fixed_pins_max_to_min() {
-        let b = Builder::default()
-            .min_threads(3)
-            .max_threads(50)
-            .growth(Growth::Fixed)
-            .validate()
-            .unwrap();
+        let b = Builder::default().min_threads(3).max_threads(50).growth(Growth::Fixed).validate().unwrap();
         assert_eq!(b.max_threads, 3);
     }
 }

@@ -37,18 +37,13 @@ impl<F> SpawnError<F> {
 
     /// Drops the task and keeps the reason.
     pub fn without_task(self) -> SpawnError<()> {
-        SpawnError {
-            kind: self.kind,
-            task: (),
-        }
+        SpawnError { kind: self.kind, task: () }
     }
 }
 
 impl<F> fmt::Debug for SpawnError<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SpawnError")
-            .field("kind", &self.kind)
-            .finish_non_exhaustive()
+        f.debug_struct("SpawnError").field("kind", &self.kind).finish_non_exhaustive()
     }
 }
 
@@ -76,10 +71,9 @@ impl TaskError {
     /// The panic message, when the payload is a string.
     pub fn panic_message(&self) -> Option<&str> {
         match self {
-            TaskError::Panicked(p) => p
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| p.downcast_ref::<String>().map(|s| s.as_str())),
+            TaskError::Panicked(p) => {
+                p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(|s| s.as_str()))
+            }
             TaskError::Cancelled => None,
         }
     }
@@ -88,11 +82,9 @@ impl TaskError {
 impl fmt::Debug for TaskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskError::Panicked(_) => write!(
-                f,
-                "Panicked({:?})",
-                self.panic_message().unwrap_or("<non-string payload>")
-            ),
+            TaskError::Panicked(_) => {
+                write!(f, "Panicked({:?})", self.panic_message().unwrap_or("<non-string payload>"))
+            }
             TaskError::Cancelled => f.write_str("Cancelled"),
         }
     }
@@ -120,9 +112,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
-        ConfigError {
-            message: message.into(),
-        }
+        ConfigError { message: message.into() }
     }
 }
 

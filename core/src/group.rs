@@ -40,13 +40,7 @@ impl Drop for Member {
 
 impl Group {
     pub(crate) fn new(registry: Arc<Registry>) -> Group {
-        Group {
-            inner: Arc::new(GroupInner {
-                registry,
-                latch: CountLatch::default(),
-                panic: Mutex::new(None),
-            }),
-        }
+        Group { inner: Arc::new(GroupInner { registry, latch: CountLatch::default(), panic: Mutex::new(None) }) }
     }
 
     pub(crate) fn member(&self) -> Member {
@@ -59,11 +53,7 @@ impl Group {
         self.spawn_inner(f, false)
     }
 
-    pub(crate) fn spawn_inner<F: FnOnce() + Send + 'static>(
-        &self,
-        f: F,
-        global: bool,
-    ) -> Result<(), SpawnError<F>> {
+    pub(crate) fn spawn_inner<F: FnOnce() + Send + 'static>(&self, f: F, global: bool) -> Result<(), SpawnError<F>> {
         let registry = self.inner.registry.clone();
         registry.submit_job(f, global, |f| {
             let member = self.member();
@@ -92,11 +82,7 @@ impl Group {
         self.submit_inner(f, false)
     }
 
-    pub(crate) fn submit_inner<F, T>(
-        &self,
-        f: F,
-        global: bool,
-    ) -> Result<TaskHandle<T>, SpawnError<F>>
+    pub(crate) fn submit_inner<F, T>(&self, f: F, global: bool) -> Result<TaskHandle<T>, SpawnError<F>>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -144,8 +130,6 @@ impl Group {
 
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Group")
-            .field("pending", &self.pending())
-            .finish()
+        f.debug_struct("Group").field("pending", &self.pending()).finish()
     }
 }

@@ -64,10 +64,7 @@ pub(crate) struct HeapJob<F> {
 }
 
 impl<F: FnOnce() + Send> HeapJob<F> {
-    const VTABLE: JobVTable = JobVTable {
-        run: Self::run,
-        cancel: Self::cancel,
-    };
+    const VTABLE: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel };
 
     /// Boxes `func` into a job.
     pub(crate) fn into_job_ref(func: F) -> JobRef

@@ -46,10 +46,7 @@ struct StackJob<F, R> {
 impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
     // A join's half must run even when "cancelled" (shutdown): the joiner
     // is waiting for it. So both entries run it.
-    const VTABLE: JobVTable = JobVTable {
-        run: Self::run_job,
-        cancel: Self::cancel_job,
-    };
+    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job };
 
     /// # Safety
     /// The job must not be moved or freed until its latch is set.
@@ -131,10 +128,7 @@ struct SharedJob<F, R> {
 unsafe impl<F: Send, R: Send> Sync for SharedJob<F, R> {}
 
 impl<F: FnOnce() -> R + Send, R: Send> SharedJob<F, R> {
-    const VTABLE: JobVTable = JobVTable {
-        run: Self::run_job,
-        cancel: Self::cancel_job,
-    };
+    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job };
 
     fn run_if_unclaimed(&self) -> bool {
         if self.claimed.swap(true, SeqCst) {

@@ -18,6 +18,9 @@ use crate::registry::Registry;
 use crate::sync::lock;
 use std::sync::atomic::Ordering::SeqCst;
 
+/// How long a blocking waiter spins before it sleeps.
+const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+
 /// Something a thread can wait for. Pool threads wait by helping
 /// ([`crate::worker::WorkerThread::wait_until`]); when there is nothing to
 /// help with they park in the pool's sleep system, registered here so the
@@ -57,9 +60,22 @@ impl Signal {
     }
 
     /// Sleeps until `done()` holds or `deadline` passes; returns `done()`.
+    /// Spins briefly first: a short task finishes well within the time a
+    /// futex wake-up takes, and a round trip (submit, wait) then costs no
+    /// system call on either side.
     pub(crate) fn wait_until(&self, done: impl Fn() -> bool, deadline: Option<Instant>) -> bool {
-        if done() {
-            return true;
+        let start = Instant::now();
+        let spin_until = deadline.map_or(start + WAIT_SPIN, |d| d.min(start + WAIT_SPIN));
+        loop {
+            if done() {
+                return true;
+            }
+            if Instant::now() >= spin_until {
+                break;
+            }
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
         }
         self.waiters.fetch_add(1, SeqCst);
         let mut guard = lock(&self.sleepers);
@@ -198,11 +214,7 @@ unsafe impl Sync for JoinLatch {}
 
 impl JoinLatch {
     pub(crate) fn new(registry: &Registry, index: usize) -> JoinLatch {
-        JoinLatch {
-            state: AtomicUsize::new(UNSET),
-            registry,
-            index,
-        }
+        JoinLatch { state: AtomicUsize::new(UNSET), registry, index }
     }
 
     /// # Safety

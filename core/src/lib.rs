@@ -45,8 +45,7 @@ mod task;
 mod worker;
 
 pub use config::{
-    Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth,
-    MAX_THREADS_LIMIT, Reject,
+    Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
 };
 pub use error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;
@@ -63,5 +62,6 @@ pub use worker::current_index;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
+    pub use crate::growth::Compensation;
     pub use crate::sleep::{Sleep, Wake};
 }

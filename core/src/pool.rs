@@ -86,11 +86,7 @@ impl Pool {
     pub(crate) fn start(config: Builder) -> Result<Pool, ConfigError> {
         let min = config.min_threads;
         let registry = Arc::new(Registry::new(config));
-        let pool = Pool {
-            inner: Arc::new(PoolInner {
-                registry: registry.clone(),
-            }),
-        };
+        let pool = Pool { inner: Arc::new(PoolInner { registry: registry.clone() }) };
         for _ in 0..min {
             if !registry.spawn_worker(false) {
                 break;
@@ -100,9 +96,7 @@ impl Pool {
             return Err(ConfigError::new("could not start any worker thread"));
         }
         if let Err(e) = Monitor::start(&registry) {
-            return Err(ConfigError::new(format!(
-                "could not start the monitor thread: {e}"
-            )));
+            return Err(ConfigError::new(format!("could not start the monitor thread: {e}")));
         }
         Ok(pool)
     }
@@ -120,26 +114,14 @@ impl Pool {
 
     /// Like `spawn`, always through the global queue (fairness).
     pub fn spawn_global<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
-        self.spawn_with(
-            SpawnOptions {
-                global: true,
-                group: None,
-            },
-            f,
-        )
+        self.spawn_with(SpawnOptions { global: true, group: None }, f)
     }
 
     /// `spawn` with options.
-    pub fn spawn_with<F: FnOnce() + Send + 'static>(
-        &self,
-        opts: SpawnOptions<'_>,
-        f: F,
-    ) -> Result<(), SpawnError<F>> {
+    pub fn spawn_with<F: FnOnce() + Send + 'static>(&self, opts: SpawnOptions<'_>, f: F) -> Result<(), SpawnError<F>> {
         match opts.group {
             Some(group) => group.spawn_inner(f, opts.global),
-            None => self
-                .registry()
-                .submit_job(f, opts.global, HeapJob::into_job_ref),
+            None => self.registry().submit_job(f, opts.global, HeapJob::into_job_ref),
         }
     }
 
@@ -153,11 +135,7 @@ impl Pool {
     }
 
     /// `submit` with options.
-    pub fn submit_with<F, T>(
-        &self,
-        opts: SpawnOptions<'_>,
-        f: F,
-    ) -> Result<TaskHandle<T>, SpawnError<F>>
+    pub fn submit_with<F, T>(&self, opts: SpawnOptions<'_>, f: F) -> Result<TaskHandle<T>, SpawnError<F>>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -222,22 +200,14 @@ impl Pool {
     /// Idempotent; `Cancel` after a timed-out `Drain` upgrades it. Called on
     /// one of the pool's own threads it does not wait for itself: it returns
     /// once the others are told to stop.
-    pub fn shutdown(
-        &self,
-        mode: Shutdown,
-        timeout: Option<Duration>,
-    ) -> Result<(), ShutdownTimedOut> {
+    pub fn shutdown(&self, mode: Shutdown, timeout: Option<Duration>) -> Result<(), ShutdownTimedOut> {
         let registry = self.registry();
         registry.begin_shutdown(mode == Shutdown::Cancel);
         if registry.current_worker().is_some() {
             return Ok(());
         }
         let deadline = timeout.map(|t| Instant::now() + t);
-        if registry.wait_for_exit(deadline) {
-            Ok(())
-        } else {
-            Err(ShutdownTimedOut)
-        }
+        if registry.wait_for_exit(deadline) { Ok(()) } else { Err(ShutdownTimedOut) }
     }
 
     /// True once `shutdown` began (or the pool is being dropped).

@@ -17,7 +17,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::config::{Builder, Growth, Reject};
 use crate::error::{SpawnError, SubmitErrorKind};
-use crate::growth::Monitor;
+use crate::growth::{Compensation, Monitor};
 use crate::job::{HeapJob, JobRef};
 use crate::latch::Signal;
 use crate::sleep::Sleep;
@@ -58,8 +58,8 @@ pub(crate) struct Registry {
     pub(crate) threads: AtomicUsize,
     /// Slots `[0, high_water)` may hold a thread; thieves scan only those.
     pub(crate) high_water: AtomicUsize,
-    /// Threads in a blocking region (or parked in a wait past the help cap).
-    pub(crate) blocked: AtomicUsize,
+    /// Threads in a blocking region, and the handshake that lends threads.
+    pub(crate) compensation: Compensation,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -99,7 +99,7 @@ impl Registry {
             sleep: Sleep::new(max),
             threads: AtomicUsize::new(0),
             high_water: AtomicUsize::new(0),
-            blocked: AtomicUsize::new(0),
+            compensation: Compensation::default(),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),
@@ -162,9 +162,13 @@ impl Registry {
             _ => None,
         };
         loop {
+            // Tasks an idle (searching or parked) thread is about to take
+            // are not waiting for room; only the excess occupies the queue.
             let waiting = self.queued.fetch_add(1, SeqCst) + 1;
-            let grew = self.grow_for_submission(waiting);
-            if capacity == 0 || waiting <= capacity || grew {
+            let (searching, sleeping) = self.sleep.counts();
+            let excess = waiting.saturating_sub(searching + sleeping);
+            let grew = self.grow_for_submission(excess);
+            if capacity == 0 || excess <= capacity || grew {
                 return Ok(Admission::Queue);
             }
             match self.config.reject {
@@ -182,10 +186,7 @@ impl Registry {
                     self.queued.fetch_sub(1, SeqCst);
                     // A pool thread must not wait for room it would make.
                     if self.current_worker().is_none()
-                        && self.room.wait_until(
-                            || self.queued.load(SeqCst) < capacity || self.state() != RUNNING,
-                            deadline,
-                        )
+                        && self.room.wait_until(|| self.has_room() || self.state() != RUNNING, deadline)
                     {
                         if self.state() != RUNNING {
                             return Err(SubmitErrorKind::Shutdown);
@@ -202,15 +203,18 @@ impl Registry {
         }
     }
 
-    /// ScaleFirst / QueueFirst growth at submission time. Returns true when a
+    fn has_room(&self) -> bool {
+        let (searching, sleeping) = self.sleep.counts();
+        self.queued.load(SeqCst).saturating_sub(searching + sleeping) < self.config.queue_capacity
+    }
+
+    /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
+    /// many queued tasks no idle thread is about to take. Returns true when a
     /// thread was started for this task.
-    fn grow_for_submission(self: &Arc<Self>, waiting: usize) -> bool {
+    fn grow_for_submission(self: &Arc<Self>, excess: usize) -> bool {
         let want = match self.config.growth {
-            Growth::ScaleFirst => {
-                let (searching, sleeping) = self.sleep.counts();
-                waiting > searching + sleeping
-            }
-            Growth::QueueFirst => waiting > self.config.queue_capacity,
+            Growth::ScaleFirst => excess > 0,
+            Growth::QueueFirst => excess > self.config.queue_capacity,
             Growth::Adaptive | Growth::Fixed => false,
         };
         want && self.spawn_worker(false)
@@ -250,11 +254,7 @@ impl Registry {
             }
             Ok(Admission::Queue) => {
                 let job = into_job(task);
-                let job = if stats::should_sample_delay() {
-                    sampled(job)
-                } else {
-                    job
-                };
+                let job = if stats::should_sample_delay() { sampled(job) } else { job };
                 self.push(job, global);
                 Ok(())
             }
@@ -276,6 +276,10 @@ impl Registry {
             None => {
                 self.counters.submitted.add(1);
                 self.injector.push(job);
+                // The injector's push reserved its slot with a SeqCst CAS,
+                // which orders it before `notify_one`'s read like a fence.
+                self.wake_after_injector_push();
+                return;
             }
         }
         self.wake_for_new_work();
@@ -296,11 +300,18 @@ impl Registry {
 
     #[inline]
     pub(crate) fn wake_for_new_work(self: &Arc<Self>) {
-        if self.sleep.notify_one() {
+        std::sync::atomic::fence(SeqCst);
+        self.wake_after_injector_push();
+    }
+
+    /// `wake_for_new_work` for a job published by a SeqCst operation.
+    #[inline]
+    fn wake_after_injector_push(self: &Arc<Self>) {
+        let woke = self.sleep.notify_one();
+        if woke {
             self.monitor.kick(self);
-        } else if self.blocked.load(Relaxed) > 0 {
-            self.compensate_blocked();
         }
+        self.compensation.after_submit(woke, || self.compensate_blocked());
     }
 
     /// Every job taken out of a queue passes here exactly once.
@@ -340,28 +351,19 @@ impl Registry {
             return self.queued.load(SeqCst);
         }
         let n = self.high_water.load(Acquire);
-        self.injector.len()
-            + self.slots[..n]
-                .iter()
-                .map(|s| s.stealer.len())
-                .sum::<usize>()
+        self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len()).sum::<usize>()
     }
 
     pub(crate) fn completed_total(&self) -> u64 {
         let n = self.high_water.load(Acquire);
-        self.slots[..n]
-            .iter()
-            .map(|s| s.counters.completed.load(Relaxed))
-            .sum::<u64>()
+        self.slots[..n].iter().map(|s| s.counters.completed.load(Relaxed)).sum::<u64>()
             + self.counters.completed_off_pool.sum()
     }
 
     pub(crate) fn stats(&self) -> Stats {
         let n = self.high_water.load(Acquire);
         let mut st = Stats::default();
-        let sum = |f: fn(&WorkerCounters) -> u64| {
-            self.slots[..n].iter().map(|s| f(&s.counters)).sum::<u64>()
-        };
+        let sum = |f: fn(&WorkerCounters) -> u64| self.slots[..n].iter().map(|s| f(&s.counters)).sum::<u64>();
         st.completed = sum(|c| c.completed.load(Relaxed)) + self.counters.completed_off_pool.sum();
         st.local_pops = sum(|c| c.local_pops.load(Relaxed));
         st.global_pops = sum(|c| c.global_pops.load(Relaxed));
@@ -379,7 +381,7 @@ impl Registry {
         let threads = self.live_threads();
         st.threads = threads as u32;
         st.idle_threads = (searching + sleeping).min(threads) as u32;
-        st.blocked_threads = self.blocked.load(Relaxed) as u32;
+        st.blocked_threads = self.compensation.blocked() as u32;
         st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
         st.rejected = self.counters.rejected.sum();
         st.cancelled = self.counters.cancelled.sum();
@@ -389,11 +391,7 @@ impl Registry {
         st.starvation_injections = self.counters.starvation_injections.load(Relaxed);
         st.spawn_failures = self.counters.spawn_failures.load(Relaxed);
         st.queued = self.queued_now() as u64;
-        (
-            st.queue_delay_p50_ns,
-            st.queue_delay_p99_ns,
-            st.queue_delay_max_ns,
-        ) = self.delay.percentiles();
+        (st.queue_delay_p50_ns, st.queue_delay_p99_ns, st.queue_delay_max_ns) = self.delay.percentiles();
         st
     }
 
@@ -432,10 +430,7 @@ impl Registry {
 
     /// Waits for every worker thread to exit, then joins them.
     pub(crate) fn wait_for_exit(&self, deadline: Option<Instant>) -> bool {
-        if !self
-            .exited
-            .wait_until(|| self.running_threads.load(SeqCst) == 0, deadline)
-        {
+        if !self.exited.wait_until(|| self.running_threads.load(SeqCst) == 0, deadline) {
             return false;
         }
         for slot in self.slots.iter() {

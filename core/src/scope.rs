@@ -68,10 +68,7 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
 {
     let scope = Scope {
-        data: Arc::new(ScopeData {
-            latch: CountLatch::default(),
-            panic: Mutex::new(None),
-        }),
+        data: Arc::new(ScopeData { latch: CountLatch::default(), panic: Mutex::new(None) }),
         registry: registry.clone(),
         scope: PhantomData,
         env: PhantomData,

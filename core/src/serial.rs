@@ -62,8 +62,7 @@ impl Drop for Turn {
 impl SerialInner {
     fn schedule(self: &Arc<Self>) {
         let turn = Turn(Some(self.clone()));
-        self.registry
-            .push_internal(HeapJob::into_job_ref(move || turn.run()));
+        self.registry.push_internal(HeapJob::into_job_ref(move || turn.run()));
     }
 
     fn run_turn(self: Arc<Self>) {
@@ -102,10 +101,7 @@ impl SerialQueue {
         SerialQueue {
             inner: Arc::new(SerialInner {
                 registry,
-                state: Mutex::new(SerialState {
-                    tasks: VecDeque::new(),
-                    scheduled: false,
-                }),
+                state: Mutex::new(SerialState { tasks: VecDeque::new(), scheduled: false }),
             }),
         }
     }
@@ -142,8 +138,6 @@ impl SerialQueue {
 
 impl std::fmt::Debug for SerialQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SerialQueue")
-            .field("pending", &self.pending())
-            .finish()
+        f.debug_struct("SerialQueue").field("pending", &self.pending()).finish()
     }
 }

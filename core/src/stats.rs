@@ -167,22 +167,14 @@ struct DelayRing {
 
 impl Default for QueueDelay {
     fn default() -> Self {
-        QueueDelay {
-            ring: Mutex::new(DelayRing {
-                samples: Vec::with_capacity(DELAY_WINDOW),
-                next: 0,
-            }),
-        }
+        QueueDelay { ring: Mutex::new(DelayRing { samples: Vec::with_capacity(DELAY_WINDOW), next: 0 }) }
     }
 }
 
 impl QueueDelay {
     pub(crate) fn record(&self, submitted_at: Instant) {
         let now = Instant::now();
-        let ns = now
-            .saturating_duration_since(submitted_at)
-            .as_nanos()
-            .min(u64::MAX as u128) as u64;
+        let ns = now.saturating_duration_since(submitted_at).as_nanos().min(u64::MAX as u128) as u64;
         let mut ring = lock(&self.ring);
         if ring.samples.len() < DELAY_WINDOW {
             ring.samples.push((now, ns));

@@ -3,12 +3,12 @@
 //! (`RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, fence};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, fence};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 

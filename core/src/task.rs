@@ -52,14 +52,10 @@ struct TaskCell<T, F> {
 unsafe impl<T: Send, F: Send> Sync for TaskCell<T, F> {}
 
 impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
-    const VTABLE: JobVTable = JobVTable {
-        run: Self::run_job,
-        cancel: Self::cancel_job,
-    };
+    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job };
 
     fn job_ref(self: &Arc<Self>) -> JobRef {
-        let data =
-            NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
+        let data = NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
         // SAFETY: data is an Arc<Self> reference handed to the job.
         unsafe { JobRef::new(data, &Self::VTABLE) }
     }
@@ -77,11 +73,7 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
     }
 
     fn run_if_pending(&self) -> bool {
-        if self
-            .state
-            .compare_exchange(PENDING, RUNNING, SeqCst, SeqCst)
-            .is_err()
-        {
+        if self.state.compare_exchange(PENDING, RUNNING, SeqCst, SeqCst).is_err() {
             return false;
         }
         // SAFETY: we won the CAS out of PENDING.
@@ -101,11 +93,7 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
     }
 
     fn cancel_if_pending(&self) -> bool {
-        if self
-            .state
-            .compare_exchange(PENDING, CANCELLED, SeqCst, SeqCst)
-            .is_err()
-        {
+        if self.state.compare_exchange(PENDING, CANCELLED, SeqCst, SeqCst).is_err() {
             return false;
         }
         // SAFETY: we won the CAS out of PENDING.
@@ -170,10 +158,7 @@ pub struct TaskHandle<T> {
 
 impl<T: Send + 'static> TaskHandle<T> {
     /// Wraps `f` into a task cell; returns the handle and the job to queue.
-    pub(crate) fn new<F: FnOnce() -> T + Send + 'static>(
-        registry: &Arc<Registry>,
-        f: F,
-    ) -> (TaskHandle<T>, JobRef) {
+    pub(crate) fn new<F: FnOnce() -> T + Send + 'static>(registry: &Arc<Registry>, f: F) -> (TaskHandle<T>, JobRef) {
         Self::build(registry, f, true)
     }
 
@@ -253,8 +238,6 @@ impl<T: Send + 'static> TaskHandle<T> {
 
 impl<T> std::fmt::Debug for TaskHandle<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskHandle")
-            .field("state", &self.cell.state())
-            .finish()
+        f.debug_struct("TaskHandle").field("state", &self.cell.state()).finish()
     }
 }

@@ -34,7 +34,7 @@ use crate::stats::{WorkerCounters, bump};
 const FAIRNESS_INTERVAL: u32 = 61;
 /// Nested help-while-waiting frames allowed before a wait just blocks (each
 /// frame runs a task on top of the waiting one's stack).
-pub(crate) const MAX_HELP_DEPTH: u32 = 32;
+pub(crate) const MAX_HELP_DEPTH: u32 = 128;
 
 thread_local! {
     static CURRENT: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
@@ -77,12 +77,7 @@ impl WorkerThread {
     }
 
     /// Thread entry point.
-    pub(crate) fn run(
-        registry: Arc<Registry>,
-        index: usize,
-        deque: Worker<JobRef>,
-        steal_first: bool,
-    ) {
+    pub(crate) fn run(registry: Arc<Registry>, index: usize, deque: Worker<JobRef>, steal_first: bool) {
         let worker = WorkerThread {
             registry,
             index,
@@ -106,9 +101,7 @@ impl WorkerThread {
             }
         }
         CURRENT.with(|c| c.set(ptr::null()));
-        let WorkerThread {
-            registry, deque, ..
-        } = worker;
+        let WorkerThread { registry, deque, .. } = worker;
         registry.release_slot(index, deque);
     }
 
@@ -143,6 +136,9 @@ impl WorkerThread {
             if let Some(budget) = debounce.spin_budget(Instant::now()) {
                 if let Some(job) = self.spin(budget) {
                     debounce.record(true);
+                    // A hit is a wake-up without the system call: judge the
+                    // next idle moment from here.
+                    debounce.woken(Instant::now());
                     bump(&self.counters().spin_hits);
                     self.publish_threshold(&debounce);
                     if searching {
@@ -156,8 +152,8 @@ impl WorkerThread {
                 bump(&self.counters().spin_misses);
                 self.publish_threshold(&debounce);
             }
-            let keep_alive = (registry.live_threads() > registry.config.min_threads)
-                .then_some(registry.config.keep_alive);
+            let keep_alive =
+                (registry.live_threads() > registry.config.min_threads).then_some(registry.config.keep_alive);
             let wake = registry.sleep.park(self.index, searching, keep_alive, || {
                 registry.state() != crate::registry::RUNNING || registry.has_visible_work()
             });
@@ -175,9 +171,7 @@ impl WorkerThread {
         if searching {
             self.stop_searching();
         }
-        registry
-            .threads
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        registry.threads.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn publish_threshold(&self, debounce: &Debounce) {
@@ -190,10 +184,8 @@ impl WorkerThread {
     /// by as many workers as it needs, one wake-up at a time.
     pub(crate) fn stop_searching(&self) {
         let registry = &*self.registry;
-        if registry.sleep.stop_searching()
-            && registry.has_visible_work()
-            && registry.sleep.notify_one()
-        {
+        // stop_searching is a SeqCst RMW: it orders the scan before notify_one.
+        if registry.sleep.stop_searching() && registry.has_visible_work() && registry.sleep.notify_one() {
             registry.monitor.kick(&self.registry);
         }
     }
@@ -300,10 +292,7 @@ impl WorkerThread {
                 if victim == self.index {
                     continue;
                 }
-                match registry.slots[victim]
-                    .stealer
-                    .steal_batch_and_pop(&self.deque)
-                {
+                match registry.slots[victim].stealer.steal_batch_and_pop(&self.deque) {
                     Steal::Success(job) => {
                         self.count(Source::Stolen);
                         return Some(job);
@@ -370,9 +359,7 @@ impl WorkerThread {
                 },
             };
             latch.register_sleeper(&self.registry, self.index);
-            registry.sleep.park(self.index, searching, timeout, || {
-                latch.probe() || registry.has_visible_work()
-            });
+            registry.sleep.park(self.index, searching, timeout, || latch.probe() || registry.has_visible_work());
             latch.unregister_sleeper(self.index);
             searching = true;
         };
@@ -398,11 +385,7 @@ pub fn current_index() -> Option<usize> {
 
 /// Waits for `latch` on any thread: helping on a worker of `registry`,
 /// blocking elsewhere.
-pub(crate) fn wait_on(
-    registry: &Registry,
-    latch: &dyn Awaitable,
-    deadline: Option<Instant>,
-) -> bool {
+pub(crate) fn wait_on(registry: &Registry, latch: &dyn Awaitable, deadline: Option<Instant>) -> bool {
     match registry.current_worker() {
         Some(worker) => worker.wait_until(latch, deadline),
         None => latch.block_until(deadline),

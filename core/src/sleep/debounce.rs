@@ -33,13 +33,7 @@ pub(crate) struct Debounce {
 impl Debounce {
     /// `spin_max` of zero disables spinning.
     pub(crate) fn new(spin_max: Duration) -> Debounce {
-        Debounce {
-            threshold: INITIAL_THRESHOLD.min(spin_max),
-            max: spin_max,
-            ring: 0,
-            recorded: 0,
-            woken_at: None,
-        }
+        Debounce { threshold: INITIAL_THRESHOLD.min(spin_max), max: spin_max, ring: 0, recorded: 0, woken_at: None }
     }
 
     pub(crate) fn threshold(&self) -> Duration {
@@ -102,17 +96,9 @@ mod tests {
         assert_eq!(d.spin_budget(t0), None, "never woken: park at once");
         d.woken(t0);
         assert_eq!(d.spin_budget(t0 + us(10)), Some(us(50)));
-        assert_eq!(
-            d.spin_budget(t0 + us(10)),
-            None,
-            "one judgement per wake-up"
-        );
+        assert_eq!(d.spin_budget(t0 + us(10)), None, "one judgement per wake-up");
         d.woken(t0);
-        assert_eq!(
-            d.spin_budget(t0 + us(80)),
-            None,
-            "busy longer than the threshold"
-        );
+        assert_eq!(d.spin_budget(t0 + us(80)), None, "busy longer than the threshold");
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub(crate) use debounce::Debounce;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use crate::sync::{AtomicU64, Condvar, Mutex, fence, lock_model as lock};
+use crate::sync::{AtomicU64, Condvar, Mutex, lock_model as lock};
 
 /// One sleeping worker adds this to `Sleep::state`.
 const SLEEPER: u64 = 1 << 32;
@@ -92,9 +92,10 @@ impl Sleep {
     }
 
     /// Called by submitters after publishing work: wakes one sleeper, but
-    /// only when nobody is already searching (no thundering herd).
+    /// only when nobody is already searching (no thundering herd). The
+    /// caller must order its publication before this call with a SeqCst
+    /// fence or a SeqCst read-modify-write (the injector's push is one).
     pub(crate) fn notify_one(&self) -> bool {
-        fence(SeqCst);
         let s = self.state.load(SeqCst);
         if searching(s) > 0 || sleeping(s) == 0 {
             return false;
@@ -163,11 +164,7 @@ impl Sleep {
         {
             let mut sleepers = lock(&self.sleepers);
             sleepers.push(index);
-            let delta = if was_searching {
-                SLEEPER.wrapping_sub(SEARCHER)
-            } else {
-                SLEEPER
-            };
+            let delta = if was_searching { SLEEPER.wrapping_sub(SEARCHER) } else { SLEEPER };
             self.state.fetch_add(delta, SeqCst);
         }
         if has_work() && self.cancel_sleep(index) {
@@ -195,10 +192,7 @@ struct Parker {
 
 impl Parker {
     fn new() -> Parker {
-        Parker {
-            notified: Mutex::new(false),
-            cv: Condvar::new(),
-        }
+        Parker { notified: Mutex::new(false), cv: Condvar::new() }
     }
 
     /// Returns true if notified, false on timeout. Consumes the notification.

@@ -7,9 +7,9 @@
 //!   enforced by CAS loops on `threads` alone).
 //! - `blocked` counts pool threads inside a blocking region (or a wait past
 //!   the help-depth cap). Entering one while work is visible makes sure some
-//!   other thread will run it: a parked worker is woken, or, when queued
-//!   work outnumbers the idle threads, threads are started (up to max; see
-//!   `compensate_blocked`). A submission that finds nobody to wake while
+//!   other thread will run it: a parked worker is woken, or, when fewer than
+//!   `min_threads` threads remain runnable, a thread is started (up to max;
+//!   see `compensate_blocked`). A submission that finds nobody to wake while
 //!   `blocked > 0` does the same, so work that arrives after the region
 //!   began is covered too.
 //! - The monitor adds threads only while queued work exists, no thread is
@@ -23,6 +23,10 @@ use std::time::Duration;
 
 use crossbeam_deque::Worker;
 
+mod compensation;
+
+pub(crate) use compensation::Compensation;
+
 use crate::config::Growth;
 use crate::job::JobRef;
 use crate::registry::{RUNNING, Registry};
@@ -35,9 +39,7 @@ impl Registry {
     /// `std::thread::spawn` is counted and the pool goes on as it was.
     pub(crate) fn spawn_worker(self: &Arc<Self>, injected: bool) -> bool {
         let max = self.config.max_threads;
-        let reserved = self
-            .threads
-            .fetch_update(SeqCst, SeqCst, |n| (n < max).then_some(n + 1));
+        let reserved = self.threads.fetch_update(SeqCst, SeqCst, |n| (n < max).then_some(n + 1));
         let Ok(before) = reserved else { return false };
         let Some(index) = self.claim_slot() else {
             self.threads.fetch_sub(1, SeqCst);
@@ -54,8 +56,7 @@ impl Registry {
         self.sleep.add_searcher();
         self.running_threads.fetch_add(1, SeqCst);
         let registry = self.clone();
-        let mut builder =
-            std::thread::Builder::new().name(format!("{}-{}", self.config.name, index));
+        let mut builder = std::thread::Builder::new().name(format!("{}-{}", self.config.name, index));
         if let Some(size) = self.config.stack_size {
             builder = builder.stack_size(size);
         }
@@ -101,11 +102,7 @@ impl Registry {
     }
 
     fn claim_slot(&self) -> Option<usize> {
-        self.slots.iter().position(|s| {
-            s.occupied
-                .compare_exchange(false, true, SeqCst, SeqCst)
-                .is_ok()
-        })
+        self.slots.iter().position(|s| s.occupied.compare_exchange(false, true, SeqCst, SeqCst).is_ok())
     }
 
     /// A worker's last act: leftover jobs go to the injector (none are lost),
@@ -131,36 +128,28 @@ impl Registry {
     /// An idle worker past keep-alive asks to retire; refused at `min_threads`.
     pub(crate) fn try_retire(&self) -> bool {
         let min = self.config.min_threads;
-        self.threads
-            .fetch_update(SeqCst, SeqCst, |n| (n > min).then(|| n - 1))
-            .is_ok()
+        self.threads.fetch_update(SeqCst, SeqCst, |n| (n > min).then(|| n - 1)).is_ok()
     }
 
     /// The calling pool thread starts blocking (see the module invariants).
     pub(crate) fn enter_blocked(self: &Arc<Self>) -> BlockedGuard {
-        self.blocked.fetch_add(1, SeqCst);
-        if self.has_visible_work() && !self.sleep.notify_one() {
-            self.compensate_blocked();
-        }
-        BlockedGuard {
-            registry: self.clone(),
-        }
+        self.compensation.enter(|| self.has_visible_work(), || self.sleep.notify_one(), || self.compensate_blocked());
+        BlockedGuard { registry: self.clone() }
     }
 
-    /// Lends threads while threads are blocked and queued work has nobody
-    /// to run it: as many as tasks are waiting beyond the idle threads, at
-    /// most two per call. Two per blocking entry ramps the pool up
-    /// geometrically under a burst of blocking tasks (each new thread that
-    /// blocks lends two more), and the backlog bounds it, so a trickle of
-    /// blocking work lends a thread, not dozens.
+    /// Lends threads so that at least `min_threads` stay runnable while
+    /// others block: one replacement per blocked thread, started at once.
+    /// A burst of blocking tasks therefore grows the pool as fast as threads
+    /// can start (each new thread that blocks lends the next), and CPU-bound
+    /// work queued behind a few blocked threads gets exactly the capacity it
+    /// lost, not more.
     #[cold]
     pub(crate) fn compensate_blocked(self: &Arc<Self>) {
         if self.config.growth == Growth::Fixed || self.state() != RUNNING {
             return;
         }
-        let (searching, sleeping) = self.sleep.counts();
-        let waiting = self.queued_now().saturating_sub(searching + sleeping);
-        for _ in 0..waiting.min(2) {
+        let runnable = self.threads.load(SeqCst).saturating_sub(self.compensation.blocked());
+        for _ in 0..self.config.min_threads.saturating_sub(runnable).min(2) {
             if !self.spawn_worker(false) {
                 break;
             }
@@ -175,7 +164,7 @@ pub(crate) struct BlockedGuard {
 
 impl Drop for BlockedGuard {
     fn drop(&mut self) {
-        self.registry.blocked.fetch_sub(1, SeqCst);
+        self.registry.compensation.leave();
     }
 }
 
@@ -262,9 +251,7 @@ struct MonitorState {
 
 impl Monitor {
     pub(crate) fn start(registry: &Arc<Registry>) -> std::io::Result<()> {
-        if registry.config.growth != Growth::Adaptive
-            || registry.config.max_threads <= registry.config.min_threads
-        {
+        if registry.config.growth != Growth::Adaptive || registry.config.max_threads <= registry.config.min_threads {
             return Ok(());
         }
         let weak = Arc::downgrade(registry);
@@ -315,11 +302,7 @@ impl Monitor {
         }
         self.idle.store(false, SeqCst);
         if !st.kicked && !st.stopped {
-            st = self
-                .cv
-                .wait_timeout(st, interval)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.cv.wait_timeout(st, interval).unwrap_or_else(|p| p.into_inner()).0;
         }
         st.kicked = false;
         !st.stopped
@@ -355,12 +338,8 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
         let queued = registry.queued_now();
         let (searching, sleeping) = registry.sleep.counts();
         let threads = registry.live_threads();
-        let cpu_saturated =
-            used.is_some_and(|u| u.as_secs_f64() >= 0.9 * cores as f64 * elapsed.as_secs_f64());
-        let starving = queued > 0
-            && searching + sleeping == 0
-            && !cpu_saturated
-            && queued as u64 > 2 * per_interval;
+        let cpu_saturated = used.is_some_and(|u| u.as_secs_f64() >= 0.9 * cores as f64 * elapsed.as_secs_f64());
+        let starving = queued > 0 && searching + sleeping == 0 && !cpu_saturated && queued as u64 > 2 * per_interval;
         if starving {
             for _ in 0..queued.min(threads).max(1) {
                 if !registry.spawn_worker(true) {
@@ -374,10 +353,7 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
 /// CPU time used by the whole process so far.
 #[cfg(unix)]
 fn process_cpu_time() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out-pointer to a timespec.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))

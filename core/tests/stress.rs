@@ -1,0 +1,126 @@
+//! Stress: every task counted, nothing lost, nothing run twice.
+#![allow(missing_docs)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::{Outcomes, Tracked};
+use wspool::{Pool, Shutdown};
+
+const PRODUCERS: usize = 4;
+const PER_PRODUCER: usize = 1_000_000;
+/// Every 8th task spawns a child from inside the pool.
+const CHILD_EVERY: usize = 8;
+
+#[test]
+fn four_producers_a_million_tasks_each_with_nested_spawns() {
+    let pool = Pool::builder().min_threads(2).build().unwrap();
+    let parents = PRODUCERS * PER_PRODUCER;
+    let children = parents / CHILD_EVERY;
+    // One flag per task id: 1 = ran once; anything else is a bug.
+    let seen: Arc<Vec<AtomicU8>> = Arc::new((0..parents + children).map(|_| AtomicU8::new(0)).collect());
+    let next_child = Arc::new(AtomicUsize::new(parents));
+    let group = pool.group();
+    std::thread::scope(|s| {
+        for p in 0..PRODUCERS {
+            let (seen, next_child, group) = (seen.clone(), next_child.clone(), group.clone());
+            s.spawn(move || {
+                for i in 0..PER_PRODUCER {
+                    let id = p * PER_PRODUCER + i;
+                    let (seen, next_child, g2) = (seen.clone(), next_child.clone(), group.clone());
+                    group
+                        .spawn(move || {
+                            seen[id].fetch_add(1, Relaxed);
+                            if id % CHILD_EVERY == 0 {
+                                let child = next_child.fetch_add(1, Relaxed);
+                                let seen = seen.clone();
+                                g2.spawn(move || {
+                                    seen[child].fetch_add(1, Relaxed);
+                                })
+                                .unwrap();
+                            }
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    group.wait().unwrap();
+    assert_eq!(next_child.load(SeqCst), parents + children);
+    let bad: Vec<_> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.load(SeqCst) != 1)
+        .take(5)
+        .map(|(i, f)| (i, f.load(SeqCst)))
+        .collect();
+    assert!(bad.is_empty(), "tasks not run exactly once (id, count): {bad:?}");
+    // The group empties as each task's closure finishes, a moment before the
+    // worker counts it: let the counters settle.
+    common::eventually(Duration::from_secs(20), "completed settles", || {
+        pool.stats().completed as usize == parents + children
+    });
+    let stats = pool.stats();
+    assert_eq!(stats.submitted as usize, parents + children);
+    assert_eq!(stats.panicked, 0);
+}
+
+#[test]
+fn submit_races_shutdown_and_every_accepted_task_runs_or_is_cancelled_once() {
+    for round in 0..20 {
+        let outcomes = Arc::new(Outcomes::default());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let pool = Pool::builder().min_threads(2).build().unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                let (pool, outcomes, accepted, refused) =
+                    (pool.clone(), outcomes.clone(), accepted.clone(), refused.clone());
+                s.spawn(move || {
+                    for _ in 0..20_000 {
+                        let t = Tracked::new(&outcomes);
+                        match pool.spawn(move || t.run()) {
+                            Ok(()) => accepted.fetch_add(1, SeqCst),
+                            Err(e) => {
+                                // The refused task comes back unrun: the caller owns it.
+                                std::mem::forget(e.into_task());
+                                refused.fetch_add(1, SeqCst)
+                            }
+                        };
+                    }
+                });
+            }
+            let pool = pool.clone();
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_micros(200 * (round % 5)));
+                let mode = if round % 2 == 0 { Shutdown::Drain } else { Shutdown::Cancel };
+                pool.shutdown(mode, None).unwrap();
+            });
+        });
+        drop(pool);
+        let (ran, dropped) = (outcomes.ran.load(SeqCst), outcomes.dropped_unrun.load(SeqCst));
+        assert_eq!(accepted.load(SeqCst) + refused.load(SeqCst), 40_000);
+        assert_eq!(ran + dropped, accepted.load(SeqCst), "round {round}: ran {ran} + cancelled {dropped} != accepted");
+    }
+}
+
+#[test]
+fn fork_join_tree_counts_every_leaf() {
+    let pool = Pool::builder().min_threads(2).build().unwrap();
+    fn tree(depth: u32, leaves: &AtomicUsize) {
+        if depth == 0 {
+            leaves.fetch_add(1, Relaxed);
+            return;
+        }
+        wspool::join(|| tree(depth - 1, leaves), || tree(depth - 1, leaves));
+    }
+    let leaves = Arc::new(AtomicUsize::new(0));
+    for _ in 0..5 {
+        let l = leaves.clone();
+        pool.submit(move || tree(18, &l)).unwrap().wait().unwrap();
+    }
+    assert_eq!(leaves.load(SeqCst), 5 << 18);
+}
