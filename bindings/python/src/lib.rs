@@ -184,8 +184,9 @@ fn forget_dummy_thread(py: Python<'_>) -> PyResult<()> {
 // Pool state shared with tasks
 // ---------------------------------------------------------------------------
 
-/// What tasks need from their pool (never the `Pool` itself: a task must not
-/// be able to drop the last pool handle on a worker).
+/// What tasks need from their pool. Not the `Pool` itself: a task that held
+/// a pool handle could drop the last one on a worker. (Map tasks hold an
+/// [`Owner`], whose drop is safe on any thread.)
 struct Shared {
     id: u64,
     gen_: u64,
@@ -312,7 +313,7 @@ where
     if !declare && let Some(probe) = probe
         && py.detach(|| {
             WAIT_EPOCH.fetch_add(1, Ordering::SeqCst);
-            spin_until(probe)
+            spin_until(probe, remaining(deadline))
         })
     {
         return Ok(true);
@@ -380,8 +381,8 @@ fn handoff_debounce(submitted: Instant, epoch: u64) {
 }
 
 /// Spins (GIL released by the caller) until `probe()` or the spin limit.
-fn spin_until(probe: &(dyn Fn() -> bool + Sync)) -> bool {
-    let limit = spin_limit();
+fn spin_until(probe: &(dyn Fn() -> bool + Sync), left: Option<Duration>) -> bool {
+    let limit = left.map_or(spin_limit(), |l| l.min(spin_limit()));
     if limit.is_zero() {
         return false;
     }
