@@ -62,6 +62,6 @@ pub use worker::current_index;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
-    pub use crate::growth::Compensation;
+    pub use crate::growth::compensation::Compensation;
     pub use crate::sleep::{Sleep, Wake};
 }

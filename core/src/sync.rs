@@ -3,12 +3,12 @@
 //! (`RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, fence};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 

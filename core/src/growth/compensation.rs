@@ -11,36 +11,41 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::sync::AtomicUsize;
+use crate::sync::{AtomicUsize, fence};
 
+/// Counts blocked pool threads and decides when to lend replacements.
 #[derive(Default)]
-pub(crate) struct Compensation {
+pub struct Compensation {
     /// Pool threads inside a blocking region (or a wait past the help cap).
     blocked: AtomicUsize,
 }
 
 impl Compensation {
-    pub(crate) fn blocked(&self) -> usize {
+    /// Threads blocked now.
+    pub fn blocked(&self) -> usize {
         self.blocked.load(SeqCst)
     }
 
     /// A pool thread starts blocking. `has_work` scans the queues, `wake`
     /// wakes an idle worker (false if there was none), `lend` starts
     /// threads.
-    pub(crate) fn enter(&self, has_work: impl FnOnce() -> bool, wake: impl FnOnce() -> bool, lend: impl FnOnce()) {
+    pub fn enter(&self, has_work: impl FnOnce() -> bool, wake: impl FnOnce() -> bool, lend: impl FnOnce()) {
         self.blocked.fetch_add(1, SeqCst);
+        fence(SeqCst);
         if has_work() && !wake() {
             lend();
         }
     }
 
-    pub(crate) fn leave(&self) {
+    /// A pool thread stops blocking.
+    pub fn leave(&self) {
         self.blocked.fetch_sub(1, SeqCst);
     }
 
-    /// A submitter pushed work and `woke` says whether it woke a worker.
+    /// A submitter pushed work (and fenced, see `Sleep::notify_one`) and
+    /// `woke` says whether it woke a worker.
     #[inline]
-    pub(crate) fn after_submit(&self, woke: bool, lend: impl FnOnce()) {
+    pub fn after_submit(&self, woke: bool, lend: impl FnOnce()) {
         if !woke && self.blocked.load(SeqCst) > 0 {
             lend();
         }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use crossbeam_deque::Worker;
 
-mod compensation;
+pub(crate) mod compensation;
 
 pub(crate) use compensation::Compensation;
 

@@ -1,4 +1,5 @@
-//! Parking and waking workers. The protocol is written up in `README.md`
+//! Parking and waking workers. Items are `pub` only so the loom models can
+//! reach them under `--cfg loom`; the module itself is private. The protocol is written up in `README.md`
 //! next to this file; the `loom` model in `core/tests/loom.rs` checks it.
 
 mod debounce;
@@ -8,7 +9,7 @@ pub(crate) use debounce::Debounce;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use crate::sync::{AtomicU64, Condvar, Mutex, lock_model as lock};
+use crate::sync::{AtomicU64, Condvar, Mutex, fence, lock_model as lock};
 
 /// One sleeping worker adds this to `Sleep::state`.
 const SLEEPER: u64 = 1 << 32;
@@ -24,7 +25,7 @@ fn sleeping(state: u64) -> usize {
 
 /// How a `park` ended.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Wake {
+pub enum Wake {
     /// Someone handed this worker a wake-up (or it found work before
     /// sleeping). The worker is now counted as searching.
     Notified,
@@ -34,7 +35,7 @@ pub(crate) enum Wake {
 }
 
 /// The pool's idle bookkeeping.
-pub(crate) struct Sleep {
+pub struct Sleep {
     /// Low 32 bits: workers searching for work (woken and not yet busy, or
     /// out of local work and scanning). High 32 bits: workers parked, which
     /// is always `sleepers.len()` once the `sleepers` lock is released.
@@ -52,7 +53,8 @@ pub(crate) struct Sleep {
 }
 
 impl Sleep {
-    pub(crate) fn new(slots: usize) -> Sleep {
+    /// Bookkeeping for `slots` workers.
+    pub fn new(slots: usize) -> Sleep {
         Sleep {
             state: AtomicU64::new(0),
             sleepers: Mutex::new(Vec::with_capacity(slots)),
@@ -61,7 +63,7 @@ impl Sleep {
     }
 
     /// (searching, sleeping)
-    pub(crate) fn counts(&self) -> (usize, usize) {
+    pub fn counts(&self) -> (usize, usize) {
         let s = self.state.load(SeqCst);
         (searching(s), sleeping(s))
     }
@@ -69,7 +71,7 @@ impl Sleep {
     /// A worker out of local work asks to search. At most half the live
     /// workers search at once (tokio's cap), so a burst of idle workers does
     /// not hammer the injector and each other's deques.
-    pub(crate) fn try_start_searching(&self, live_workers: usize) -> bool {
+    pub fn try_start_searching(&self, live_workers: usize) -> bool {
         let s = self.state.load(SeqCst);
         if 2 * searching(s) >= live_workers.max(1) {
             return false;
@@ -79,7 +81,7 @@ impl Sleep {
     }
 
     /// A new thread is born searching (it will scan the queues first thing).
-    pub(crate) fn add_searcher(&self) {
+    pub fn add_searcher(&self) {
         self.state.fetch_add(SEARCHER, SeqCst);
     }
 
@@ -87,15 +89,22 @@ impl Sleep {
     /// searcher: the caller must then re-check the queues and call
     /// [`Sleep::notify_one`] if work is visible, so remaining work is not left
     /// waiting for the next submission.
-    pub(crate) fn stop_searching(&self) -> bool {
-        searching(self.state.fetch_sub(SEARCHER, SeqCst)) == 1
+    pub fn stop_searching(&self) -> bool {
+        let last = searching(self.state.fetch_sub(SEARCHER, SeqCst)) == 1;
+        if last {
+            // Order the decrement before the caller's scan of the queues
+            // (pairs with the submitter's fence; loom checks fence pairs).
+            fence(SeqCst);
+        }
+        last
     }
 
     /// Called by submitters after publishing work: wakes one sleeper, but
     /// only when nobody is already searching (no thundering herd). The
     /// caller must order its publication before this call with a SeqCst
-    /// fence or a SeqCst read-modify-write (the injector's push is one).
-    pub(crate) fn notify_one(&self) -> bool {
+    /// fence (or, in production, a SeqCst read-modify-write such as the
+    /// injector's push, which x86 and the C++20 model both order like one).
+    pub fn notify_one(&self) -> bool {
         let s = self.state.load(SeqCst);
         if searching(s) > 0 || sleeping(s) == 0 {
             return false;
@@ -104,7 +113,7 @@ impl Sleep {
     }
 
     /// Wakes everybody (shutdown).
-    pub(crate) fn notify_all(&self) {
+    pub fn notify_all(&self) {
         while self.wake_sleeper(false) {}
     }
 
@@ -127,7 +136,7 @@ impl Sleep {
 
     /// Wakes worker `index` if it is parked (a latch it waits on was set).
     /// A no-op when it is awake: it re-checks its latch before parking.
-    pub(crate) fn wake_worker(&self, index: usize) -> bool {
+    pub fn wake_worker(&self, index: usize) -> bool {
         if self.cancel_sleep(index) {
             self.parkers[index].unpark();
             true
@@ -154,7 +163,7 @@ impl Sleep {
     /// as a searcher. `has_work` re-scans the queues after the worker is
     /// registered as sleeping (this closes the race with a submitter that saw
     /// it searching). `timeout` bounds the sleep (idle retirement).
-    pub(crate) fn park(
+    pub fn park(
         &self,
         index: usize,
         was_searching: bool,
@@ -167,6 +176,9 @@ impl Sleep {
             let delta = if was_searching { SLEEPER.wrapping_sub(SEARCHER) } else { SLEEPER };
             self.state.fetch_add(delta, SeqCst);
         }
+        // Registered as sleeping before the re-scan below: pairs with the
+        // fence (or SeqCst push) a submitter issues before reading `state`.
+        fence(SeqCst);
         if has_work() && self.cancel_sleep(index) {
             return Wake::Notified;
         }
