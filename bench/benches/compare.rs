@@ -33,7 +33,7 @@ fn pacing(cfg: &Config) -> Pacing {
         settle: SETTLE,
         quiet_max_wait: wait,
         quiet_cores: QUIET_CORES,
-        retries: if cfg.quiet_gate { 2 } else { 0 },
+        retries: if cfg.quiet_gate { 1 } else { 0 },
     }
 }
 

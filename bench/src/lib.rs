@@ -12,7 +12,7 @@
 //! watches the rest of the machine (`/proc/stat` busy time minus this
 //! process's CPU time): before each round it waits, up to a limit, for other
 //! processes to go quiet; a run of 50 ms or more during which they were busy
-//! anyway is repeated (at most twice); and every table says how much CPU
+//! anyway is repeated once; and every table says how much CPU
 //! other processes used while it was measured.
 //!
 //! Knobs (environment, or `--quick` on the command line):
@@ -21,7 +21,7 @@
 //! - `WSPOOL_BENCH_QUICK=1` or `--quick`: smaller workloads, for a smoke run
 //! - `WSPOOL_BENCH_QUIET=0`: do not wait for other processes to go quiet
 //!   before each round and do not repeat disturbed runs (the default waits
-//!   up to 2 s per round, 0.5 s in quick mode, and repeats a run at most twice)
+//!   up to 2 s per round, 0.5 s in quick mode, and repeats a disturbed run once)
 //! - positional arguments select workloads by prefix (`w1`, `w3`, ...)
 
 use std::collections::HashMap;
