@@ -48,7 +48,7 @@ def p1_map(ex: Executor, n: int) -> float:
 
 
 def p2_pingpong(ex: Executor, n: int) -> float:
-    for i in range(50):  # warm up: threads started, caches hot
+    for i in range(2000):  # warm up to the steady state: threads started, spin heuristics settled
         ex.submit(noop, i).result()
     lat = []
     for i in range(n):
@@ -82,11 +82,13 @@ def main() -> int:
     ws_map_runs: list[float] = []
     tpe_pp_runs: list[float] = []
     ws_pp_runs: list[float] = []
-    # Default-sized executors, as a drop-in user would have them.
+    # Default-sized executors, as a drop-in user would have them; a fresh
+    # pair per benchmark.
     with ThreadPoolExecutor() as tpe, wspool.Pool() as pool:
         for _ in range(reps):
             tpe_map_runs.append(p1_map(tpe, n_map))
             ws_map_runs.append(p1_map(pool, n_map))
+    with ThreadPoolExecutor() as tpe, wspool.Pool() as pool:
         for _ in range(reps):
             tpe_pp_runs.append(p2_pingpong(tpe, n_ping))
             ws_pp_runs.append(p2_pingpong(pool, n_ping))

@@ -29,7 +29,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -340,16 +340,37 @@ where
     }
 }
 
-/// How long a waiting thread spins (GIL released) before it parks. A
+/// The longest a waiting thread spins (GIL released) before it parks. A
 /// round trip to a spinning worker takes a few microseconds; parking and
 /// being woken costs tens (much more when the CPU has gone idle), so short
-/// tasks are awaited spinning. Tuned by the P2 ping-pong benchmark.
+/// tasks are awaited spinning. `WSPOOL_WAIT_SPIN_US` overrides it (0: never).
 fn spin_limit() -> Duration {
     static LIMIT: OnceLock<Duration> = OnceLock::new();
     *LIMIT.get_or_init(|| {
         let us = std::env::var("WSPOOL_WAIT_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50u64);
         Duration::from_micros(us)
     })
+}
+
+/// Whether waiters spin at all, learnt like the core's debounce (seed 004):
+/// the outcomes of the last 16 spins (1 = the task finished while we spun).
+/// A spin only pays when the awaited worker runs on another CPU at the same
+/// time; when both share one (a loaded machine), spinning just delays it.
+/// So more than four misses among the last 16 turn spinning off; then one
+/// wait in 32 still spins, to notice when spinning would pay again.
+static SPIN_RING: AtomicU32 = AtomicU32::new(u32::MAX);
+static SPIN_TRIES: AtomicU32 = AtomicU32::new(0);
+
+fn spin_worthwhile() -> bool {
+    (!SPIN_RING.load(Ordering::Relaxed) & 0xffff).count_ones() <= 4
+        || SPIN_TRIES.fetch_add(1, Ordering::Relaxed) % 32 == 0
+}
+
+fn record_spin(hit: bool) {
+    // Racy read-modify-write on purpose: an occasional lost update only
+    // nudges a heuristic.
+    let ring = SPIN_RING.load(Ordering::Relaxed);
+    SPIN_RING.store((ring << 1) | u32::from(hit), Ordering::Relaxed);
 }
 
 /// GIL hand-off debounce. A worker picks up a freshly submitted task in
@@ -360,13 +381,18 @@ fn spin_limit() -> Duration {
 /// the last few microseconds first spins (one worker at a time, bounded)
 /// until some thread enters a pool wait, which happens right after that
 /// thread released the GIL.
-fn handoff_debounce(submitted: Instant, epoch: u64) {
+fn handoff_debounce(submitted: Instant, epoch: u64, submit_cpu: i32) {
     static LIMIT: OnceLock<Duration> = OnceLock::new();
     let limit = *LIMIT.get_or_init(|| {
         let us = std::env::var("WSPOOL_HANDOFF_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(20u64);
         Duration::from_micros(us)
     });
     if submitted.elapsed() >= limit || WAIT_EPOCH.load(Ordering::SeqCst) != epoch {
+        return;
+    }
+    if submit_cpu >= 0 && current_cpu() == submit_cpu {
+        // Woken onto the submitter's own CPU: spinning would only keep the
+        // submitter from reaching its wait.
         return;
     }
     if HANDOFF_SPINNER.swap(true, Ordering::Acquire) {
@@ -380,12 +406,31 @@ fn handoff_debounce(submitted: Instant, epoch: u64) {
     HANDOFF_SPINNER.store(false, Ordering::Release);
 }
 
+/// The CPU this thread runs on now, or -1 where that is unknown.
+fn current_cpu() -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: no arguments, no memory touched; -1 on failure.
+        unsafe { libc::sched_getcpu() }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        -1
+    }
+}
+
 /// Spins (GIL released by the caller) until `probe()` or the spin limit.
 fn spin_until(probe: &(dyn Fn() -> bool + Sync), left: Option<Duration>) -> bool {
     let limit = left.map_or(spin_limit(), |l| l.min(spin_limit()));
-    if limit.is_zero() {
+    if limit.is_zero() || !spin_worthwhile() {
         return false;
     }
+    let hit = spin_for(probe, limit);
+    record_spin(hit);
+    hit
+}
+
+fn spin_for(probe: &(dyn Fn() -> bool + Sync), limit: Duration) -> bool {
     let start = Instant::now();
     loop {
         for _ in 0..32 {
@@ -406,9 +451,10 @@ fn spin_until(probe: &(dyn Fn() -> bool + Sync), left: Option<Duration>) -> bool
 
 struct Call {
     shared: Arc<Shared>,
-    /// When and at which `WAIT_EPOCH` it was submitted (`handoff_debounce`).
+    /// When, at which `WAIT_EPOCH` and on which CPU it was submitted (`handoff_debounce`).
     submitted: Instant,
     epoch: u64,
+    cpu: i32,
     future: Py<PyAny>,
     func: Py<PyAny>,
     args: Py<PyTuple>,
@@ -481,7 +527,7 @@ impl Job {
     fn run(mut self) {
         if let Some(call) = self.0.take() {
             if call.shared.is_worker_here() {
-                handoff_debounce(call.submitted, call.epoch);
+                handoff_debounce(call.submitted, call.epoch, call.cpu);
             }
             let shared = call.shared.clone();
             let mut slot = Some(call);
@@ -529,6 +575,7 @@ fn submit_call<'py>(
         shared: shared.clone(),
         submitted: Instant::now(),
         epoch: WAIT_EPOCH.load(Ordering::SeqCst),
+        cpu: current_cpu(),
         future: future.clone().unbind(),
         func: func.clone().unbind(),
         args: args.clone().unbind(),
