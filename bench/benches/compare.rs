@@ -211,52 +211,75 @@ fn w1_flood(cfg: &Config, report: &mut Report) {
     let th = cfg.threads;
     let c = Countdown::leak();
     let per_s = |dt: Duration| n as f64 / dt.as_secs_f64() / 1e6;
+    // Each run's submit phase alone (until the last submit returns), per
+    // contender: tells the submitter's cost apart from the workers'.
+    let submit_rates: Vec<RefCell<Vec<f64>>> = (0..5).map(|_| RefCell::new(Vec::new())).collect();
+    let timed = |k: usize, submit: &mut dyn FnMut(), wait: &mut dyn FnMut()| -> f64 {
+        let t0 = Instant::now();
+        submit();
+        let t_submit = t0.elapsed();
+        wait();
+        let t_all = t0.elapsed();
+        submit_rates[k].borrow_mut().push(per_s(t_submit));
+        per_s(t_all)
+    };
+    let timed = &timed;
     let ws = ws_pool("wsb1s", th);
     let wg = ws_pool("wsb1g", th);
     let rp = rayon_pool("rayb1-", th);
     let tp = tp_pool("tpb1", th);
     let rt = tokio_rt("tokb1", th);
     let mut cs: Vec<Contender<'_, f64>> = Vec::new();
-    {
-        cs.push(Contender::new("wspool spawn", "`Pool::spawn`; the last task signals a condvar", true, || {
-            c.arm(n);
-            let t0 = Instant::now();
-            for _ in 0..n {
-                ws.spawn(move || c.hit()).expect("spawn");
-            }
-            c.wait();
-            per_s(t0.elapsed())
-        }));
-        cs.push(Contender::new("wspool group", "`Group::spawn` + `Group::wait`", true, || {
-            c.arm(n);
-            let g = wg.group();
-            let t0 = Instant::now();
-            for _ in 0..n {
-                g.spawn(move || c.bump()).expect("spawn");
-            }
-            g.wait().expect("group wait");
-            let r = per_s(t0.elapsed());
-            assert_eq!(c.count(), n);
-            r
-        }));
-    }
+    cs.push(Contender::new("wspool spawn", "`Pool::spawn`; the last task signals a condvar", true, || {
+        c.arm(n);
+        timed(
+            0,
+            &mut || {
+                for _ in 0..n {
+                    ws.spawn(move || c.hit()).expect("spawn");
+                }
+            },
+            &mut || c.wait(),
+        )
+    }));
+    cs.push(Contender::new("wspool group", "`Group::spawn` + `Group::wait`", true, || {
+        c.arm(n);
+        let g = wg.group();
+        let r = timed(
+            1,
+            &mut || {
+                for _ in 0..n {
+                    g.spawn(move || c.bump()).expect("spawn");
+                }
+            },
+            &mut || g.wait().expect("group wait"),
+        );
+        assert_eq!(c.count(), n);
+        r
+    }));
     cs.push(Contender::new("rayon", "`ThreadPool::spawn`; the last task signals", false, || {
         c.arm(n);
-        let t0 = Instant::now();
-        for _ in 0..n {
-            rp.spawn(move || c.hit());
-        }
-        c.wait();
-        per_s(t0.elapsed())
+        timed(
+            2,
+            &mut || {
+                for _ in 0..n {
+                    rp.spawn(move || c.hit());
+                }
+            },
+            &mut || c.wait(),
+        )
     }));
     cs.push(Contender::new("threadpool", "`ThreadPool::execute`; the last task signals", false, || {
         c.arm(n);
-        let t0 = Instant::now();
-        for _ in 0..n {
-            tp.execute(move || c.hit());
-        }
-        c.wait();
-        per_s(t0.elapsed())
+        timed(
+            3,
+            &mut || {
+                for _ in 0..n {
+                    tp.execute(move || c.hit());
+                }
+            },
+            &mut || c.wait(),
+        )
     }));
     cs.push(Contender::new(
         "tokio",
@@ -265,16 +288,25 @@ fn w1_flood(cfg: &Config, report: &mut Report) {
         || {
             c.arm(n);
             let h = rt.handle();
-            let t0 = Instant::now();
-            for _ in 0..n {
-                drop(h.spawn(async move { c.hit() }));
-            }
-            c.wait();
-            per_s(t0.elapsed())
+            timed(
+                4,
+                &mut || {
+                    for _ in 0..n {
+                        drop(h.spawn(async move { c.hit() }));
+                    }
+                },
+                &mut || c.wait(),
+            )
         },
     ));
     let res = run_rounds(&mut cs, 1, cfg.reps, pacing(cfg));
     let stats = vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wg)];
+    for (k, r) in submit_rates.iter().enumerate() {
+        // Warm-up and repeated runs are in here too; the median shrugs them off.
+        if let Some(sm) = summarize(&r.borrow()) {
+            cs[k].note += &format!("; submit phase alone {} M/s", fmt(sm.median, 1));
+        }
+    }
     let title = format!(
         "W1 flood: {n} tiny tasks (a relaxed `fetch_add`) from a foreign thread, then wait for all (M tasks/s, higher is better)"
     );
@@ -372,12 +404,22 @@ fn w2_fib(cfg: &Config, report: &mut Report) {
     let expect = fib_seq(n);
     let th = cfg.threads;
     let ms = |dt: Duration| dt.as_secs_f64() * 1e3;
-    let wss: Vec<wspool::Pool> = ["wsb2j", "wsb2s", "wsb2g", "wsb2h"].iter().map(|name| ws_pool(name, th)).collect();
+    let mut wss: Vec<wspool::Pool> =
+        ["wsb2j", "wsb2s", "wsb2g", "wsb2h"].iter().map(|name| ws_pool(name, th)).collect();
+    // The same `join` on a pool that cannot grow: shows what growth costs here.
+    wss.push(
+        wspool::Pool::builder()
+            .name("wsb2f")
+            .min_threads(th)
+            .growth(wspool::Growth::Fixed)
+            .build()
+            .expect("wspool fixed pool"),
+    );
     let rp = rayon_pool("rayb2-", th);
     let mut cs: Vec<Contender<'_, f64>> = Vec::new();
     {
         type Fib = fn(&wspool::Pool, u32) -> u64;
-        let variants: [(&str, &str, Fib); 4] = [
+        let variants: [(&str, &str, Fib); 5] = [
             ("wspool join", "`Pool::join` at every level, started by one `submit` + `wait`", fib_ws_join),
             ("wspool scope", "`Pool::scope` + `Scope::spawn` of one branch per level", fib_ws_scope),
             (
@@ -386,6 +428,7 @@ fn w2_fib(cfg: &Config, report: &mut Report) {
                 fib_ws_group,
             ),
             ("wspool submit", "`Pool::submit` of one branch + `TaskHandle::wait` per level", fib_ws_handle),
+            ("wspool join, Fixed", "as `wspool join`, on a pool built with `Growth::Fixed`", fib_ws_join),
         ];
         for ((name, note, f), ws) in variants.into_iter().zip(&wss) {
             cs.push(Contender::new(name, note, true, move || {
