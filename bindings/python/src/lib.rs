@@ -7,9 +7,10 @@
 //!   `concurrent.futures.Future` (the subclass the Python side hands us),
 //!   queues a closure that fills it, and stores the task's [`Handle`] on the
 //!   future so `Future.result()` can help instead of parking a worker.
-//! * [`MapIter`]: `Executor.map` without a `Future` per item: one task per
-//!   chunk; a task that holds the GIL runs further chunks of the same map
-//!   while it has it (bounded), which is what makes `map` fast under the GIL.
+//! * [`MapIter`]: `Executor.map` without a `Future` per item. A few tasks
+//!   claim chunks in order; a task that holds the GIL runs further chunks of
+//!   the same map while it has it (bounded), which is what makes `map` fast
+//!   under the GIL, and keeps a few more tasks queued while chunks remain.
 //! * [`Group`], [`Serial`], [`Stats`], [`Blocking`] (`wspool.blocking()`).
 //!
 //! GIL discipline: every wait (task, group, map chunk, shutdown, a blocking
@@ -55,9 +56,8 @@ const MAP_RUN_AHEAD: usize = 256;
 /// ...and stops taking more after this long, so long items spread out.
 const MAP_RUN_AHEAD_TIME: Duration = Duration::from_micros(500);
 /// While chunks remain, a map keeps up to this many tasks queued: enough for
-/// lent or injected threads to join in at once, few enough that a long,
-/// busy map never looks like a starving backlog (which needs more queued
-/// tasks than two monitor intervals of completions).
+/// lent or injected threads to join in at once, few enough that a long map
+/// is not a backlog of thousands of tasks in the pool's queue.
 const MAP_QUEUED: usize = 4;
 
 /// Bumped in every forked child (see `_after_fork_child`).
