@@ -54,7 +54,7 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// Default debounce spin cap.
 pub const DEFAULT_SPIN_MAX_US: u32 = 500;
 /// Default starvation-monitor interval.
-pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_millis(10);
+pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Builds a [`Pool`]. Every setter is optional; `build` validates.
 #[derive(Clone)]
@@ -69,6 +69,7 @@ pub struct Builder {
     pub(crate) spin_max_us: u32,
     pub(crate) monitor_interval: Duration,
     pub(crate) stack_size: Option<usize>,
+    pub(crate) cpu_parallelism: usize,
     pub(crate) on_thread_start: Option<ThreadHook>,
     pub(crate) on_thread_stop: Option<ThreadHook>,
 }
@@ -86,6 +87,7 @@ impl Default for Builder {
             spin_max_us: DEFAULT_SPIN_MAX_US,
             monitor_interval: DEFAULT_MONITOR_INTERVAL,
             stack_size: None,
+            cpu_parallelism: 0,
             on_thread_start: None,
             on_thread_stop: None,
         }
@@ -155,6 +157,15 @@ impl Builder {
         self.monitor_interval = d;
         self
     }
+    /// How many cores the pool's work can use at most (0: available
+    /// parallelism). The starvation monitor never adds threads while the
+    /// process already uses this much CPU. A Python binding sets 1: code
+    /// behind a GIL never fills more than one core, and threads waiting for
+    /// the GIL must not look like starvation.
+    pub fn cpu_parallelism(mut self, cores: usize) -> Self {
+        self.cpu_parallelism = cores;
+        self
+    }
     /// Stack size of worker threads (default: the platform's).
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
@@ -183,6 +194,9 @@ impl Builder {
         }
         if self.min_threads == 0 {
             self.min_threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+        }
+        if self.cpu_parallelism == 0 {
+            self.cpu_parallelism = std::thread::available_parallelism().map_or(1, |n| n.get());
         }
         if self.min_threads > MAX_THREADS_LIMIT {
             return Err(ConfigError::new(format!("min_threads {} exceeds {MAX_THREADS_LIMIT}", self.min_threads)));

@@ -1,28 +1,37 @@
 //! Type-erased units of work that travel through the deques.
 //!
-//! A [`JobRef`] is two words (data pointer + static vtable), like rayon-core's,
-//! so a `join` can push a job that lives on the caller's stack without a heap
-//! allocation, while `spawn` pushes a boxed closure. Every `JobRef` is consumed
-//! exactly once: by [`JobRef::run`], or by being dropped, which cancels it (the
-//! job's own "dropped unrun" path: a boxed closure is dropped, which is how a C
-//! task's `on_cancel` gets called).
+//! A [`JobRef`] is a small inline payload plus a static vtable (rayon-core's
+//! idea, widened): a closure of up to three words (a C task's `fn`, `arg`
+//! and `on_cancel`; an `Arc` and an index; a scope pointer and a borrow)
+//! travels *inside* the deque slot with no heap allocation at all; a larger
+//! one is boxed; a `join`'s second half, which lives on the joiner's stack,
+//! travels as a pointer. Allocation is what a flood of tiny tasks pays for
+//! most (a producer's allocations are freed by other threads, which keeps
+//! the allocator on its slow path), so the common case avoids it.
+//!
+//! Every `JobRef` is consumed exactly once: by [`JobRef::run`], or by being
+//! dropped, which cancels it (the job's own "dropped unrun" path: the
+//! closure is dropped, which is how a C task's `on_cancel` gets called).
 
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit, align_of, size_of};
 use std::ptr::NonNull;
 
-/// What to do with a job's data pointer.
+/// Inline storage: three machine words.
+pub(crate) type Payload = [MaybeUninit<usize>; 3];
+
+/// What to do with a job's payload.
 pub(crate) struct JobVTable {
     /// Runs the job and releases its data (even when the job unwinds).
     /// Returns false when the job turned out to be a tombstone (a task
     /// handle already cancelled or claimed by a waiter): nothing ran.
-    pub(crate) run: unsafe fn(NonNull<()>) -> bool,
+    pub(crate) run: unsafe fn(*mut Payload) -> bool,
     /// Releases the data without running the user's code (cancellation).
-    pub(crate) cancel: unsafe fn(NonNull<()>),
+    pub(crate) cancel: unsafe fn(*mut Payload),
 }
 
 /// An owned, type-erased job.
 pub(crate) struct JobRef {
-    data: NonNull<()>,
+    payload: Payload,
     vtable: &'static JobVTable,
 }
 
@@ -30,43 +39,73 @@ pub(crate) struct JobRef {
 unsafe impl Send for JobRef {}
 
 impl JobRef {
+    /// A job whose payload is one pointer.
+    ///
     /// # Safety
     /// `data` must stay valid until the job is run or cancelled, `vtable`'s
-    /// functions must accept it exactly once, and the job must be `Send`.
-    pub(crate) unsafe fn new(data: NonNull<()>, vtable: &'static JobVTable) -> JobRef {
-        JobRef { data, vtable }
+    /// functions must read it with [`JobRef::pointer`], exactly once, and
+    /// the job must be `Send`.
+    pub(crate) unsafe fn from_pointer(data: NonNull<()>, vtable: &'static JobVTable) -> JobRef {
+        let mut payload = [MaybeUninit::uninit(); 3];
+        payload[0] = MaybeUninit::new(data.as_ptr() as usize);
+        JobRef { payload, vtable }
     }
 
-    /// The identity of the job (used by `join` to recognise its own job).
-    pub(crate) fn id(&self) -> *const () {
-        self.data.as_ptr()
+    /// The pointer stored by [`JobRef::from_pointer`].
+    ///
+    /// # Safety
+    /// `payload` must come from `from_pointer`.
+    pub(crate) unsafe fn pointer(payload: *mut Payload) -> NonNull<()> {
+        // SAFETY: written by from_pointer.
+        let word = unsafe { (*payload)[0].assume_init() };
+        // SAFETY: it was a NonNull.
+        unsafe { NonNull::new_unchecked(word as *mut ()) }
+    }
+
+    /// The identity of a job built by `from_pointer`, to recognise it later
+    /// with [`JobRef::is`] (`join` looks for its own second half).
+    ///
+    /// # Safety
+    /// `self` must come from `from_pointer`.
+    pub(crate) unsafe fn pointer_id(&self) -> (usize, *const JobVTable) {
+        // SAFETY: word 0 was written by from_pointer.
+        (unsafe { self.payload[0].assume_init() }, self.vtable)
+    }
+
+    /// Is this the job with that `pointer_id`?
+    pub(crate) fn is(&self, id: (usize, *const JobVTable)) -> bool {
+        // The vtable is compared first: only a pointer job with the same
+        // vtable has an initialised word 0.
+        // SAFETY: see above.
+        std::ptr::eq(self.vtable, id.1) && unsafe { self.payload[0].assume_init() } == id.0
     }
 
     /// Runs the job. It may unwind if the user's code panics: the worker
     /// catches that around this call (one `catch_unwind` per task).
     pub(crate) fn run(self) -> bool {
-        let this = ManuallyDrop::new(self);
+        let mut this = ManuallyDrop::new(self);
         // SAFETY: consumed once; `this` is never dropped.
-        unsafe { (this.vtable.run)(this.data) }
+        unsafe { (this.vtable.run)(&mut this.payload) }
     }
 }
 
 impl Drop for JobRef {
     fn drop(&mut self) {
         // SAFETY: a dropped JobRef was never run; cancel consumes it once.
-        unsafe { (self.vtable.cancel)(self.data) }
+        unsafe { (self.vtable.cancel)(&mut self.payload) }
     }
 }
 
-/// A boxed `FnOnce` job: the representation of `spawn`.
-pub(crate) struct HeapJob<F> {
-    func: F,
-}
+/// An `FnOnce` job: the representation of `spawn`. Stored inline when it
+/// fits in the payload, boxed otherwise.
+pub(crate) struct HeapJob<F>(std::marker::PhantomData<F>);
 
 impl<F: FnOnce() + Send> HeapJob<F> {
-    const VTABLE: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel };
+    const FITS_INLINE: bool = size_of::<F>() <= size_of::<Payload>() && align_of::<F>() <= align_of::<Payload>();
+    const INLINE: JobVTable = JobVTable { run: Self::run_inline, cancel: Self::cancel_inline };
+    const BOXED: JobVTable = JobVTable { run: Self::run_boxed, cancel: Self::cancel_boxed };
 
-    /// Boxes `func` into a job.
+    /// Wraps `func` into a job.
     pub(crate) fn into_job_ref(func: F) -> JobRef
     where
         F: 'static,
@@ -79,22 +118,87 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// Whatever `func` borrows must outlive the job (scopes guarantee this by
     /// waiting for every job they spawned).
     pub(crate) unsafe fn into_job_ref_unchecked(func: F) -> JobRef {
-        let boxed = Box::new(HeapJob { func });
-        let data = NonNull::from(Box::leak(boxed)).cast::<()>();
-        let vtable: &'static JobVTable = &Self::VTABLE;
-        // SAFETY: data came from Box::leak of a HeapJob<F>, matching the vtable.
-        unsafe { JobRef::new(data, vtable) }
+        if Self::FITS_INLINE {
+            let mut payload: Payload = [MaybeUninit::uninit(); 3];
+            // SAFETY: F fits the payload's size and alignment.
+            unsafe { std::ptr::write(payload.as_mut_ptr() as *mut F, func) };
+            JobRef { payload, vtable: &Self::INLINE }
+        } else {
+            let data = NonNull::from(Box::leak(Box::new(func))).cast::<()>();
+            // SAFETY: data is a leaked Box<F>, matching the boxed vtable.
+            unsafe { JobRef::from_pointer(data, &Self::BOXED) }
+        }
     }
 
-    unsafe fn run(data: NonNull<()>) -> bool {
-        // SAFETY: data is a leaked Box<HeapJob<F>>, consumed once.
-        let job = unsafe { Box::from_raw(data.cast::<HeapJob<F>>().as_ptr()) };
-        (job.func)();
+    unsafe fn run_inline(payload: *mut Payload) -> bool {
+        // SAFETY: written by into_job_ref_unchecked, consumed once.
+        let func = unsafe { std::ptr::read(payload as *const F) };
+        func();
         true
     }
 
-    unsafe fn cancel(data: NonNull<()>) {
-        // SAFETY: as in `run`; dropping the closure is the cancellation.
-        drop(unsafe { Box::from_raw(data.cast::<HeapJob<F>>().as_ptr()) });
+    unsafe fn cancel_inline(payload: *mut Payload) {
+        // SAFETY: as in run_inline; dropping the closure is the cancellation.
+        drop(unsafe { std::ptr::read(payload as *const F) });
+    }
+
+    unsafe fn run_boxed(payload: *mut Payload) -> bool {
+        // SAFETY: a leaked Box<F>, consumed once.
+        let func = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<F>().as_ptr()) };
+        func();
+        true
+    }
+
+    unsafe fn cancel_boxed(payload: *mut Payload) {
+        // SAFETY: as in run_boxed.
+        drop(unsafe { Box::from_raw(JobRef::pointer(payload).cast::<F>().as_ptr()) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    struct CountDrop(Arc<AtomicUsize>);
+    impl Drop for CountDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    #[test]
+    fn small_closures_run_inline_and_large_ones_boxed() {
+        assert!(HeapJob::<fn()>::FITS_INLINE);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        assert!(
+            HeapJob::into_job_ref(move || {
+                r.fetch_add(1, SeqCst);
+            })
+            .run()
+        );
+        let big = [7u64; 8];
+        let r = ran.clone();
+        let job = HeapJob::into_job_ref(move || {
+            r.fetch_add(big[3] as usize, SeqCst);
+        });
+        assert!(job.run());
+        assert_eq!(ran.load(SeqCst), 8);
+    }
+
+    #[test]
+    fn dropping_a_job_drops_its_closure_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let guard = CountDrop(drops.clone());
+        drop(HeapJob::into_job_ref(move || drop(guard)));
+        let guard = CountDrop(drops.clone());
+        let big = [0u64; 8];
+        drop(HeapJob::into_job_ref(move || {
+            let _ = big;
+            drop(guard)
+        }));
+        assert_eq!(drops.load(SeqCst), 2);
     }
 }

@@ -18,8 +18,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::SeqCst;
 use std::thread::Result as ThreadResult;
 
-use crate::job::{JobRef, JobVTable};
-use crate::latch::{Awaitable, JoinLatch, OnceLatch};
+use crate::job::{JobRef, JobVTable, Payload};
+use crate::latch::{Awaitable, OnceLatch, OwnerLatch};
 use crate::registry::Registry;
 use crate::worker::WorkerThread;
 
@@ -40,7 +40,7 @@ fn combine<RA, RB>(ra: ThreadResult<RA>, rb: ThreadResult<RB>) -> (RA, RB) {
 struct StackJob<F, R> {
     func: UnsafeCell<Option<F>>,
     result: UnsafeCell<Option<ThreadResult<R>>>,
-    latch: JoinLatch,
+    latch: OwnerLatch,
 }
 
 impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
@@ -53,11 +53,12 @@ impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
     unsafe fn job_ref(&self) -> JobRef {
         // SAFETY: the caller keeps `self` alive until the latch is set, and
         // the job is `Send` because F and R are.
-        unsafe { JobRef::new(NonNull::from(self).cast(), &Self::VTABLE) }
+        unsafe { JobRef::from_pointer(NonNull::from(self).cast(), &Self::VTABLE) }
     }
 
-    unsafe fn run_job(data: NonNull<()>) -> bool {
-        let this = data.cast::<Self>().as_ptr() as *const Self;
+    unsafe fn run_job(payload: *mut Payload) -> bool {
+        // SAFETY: built by `job_ref`.
+        let this = unsafe { JobRef::pointer(payload) }.cast::<Self>().as_ptr() as *const Self;
         // SAFETY: live until the latch is set below; only one runner.
         unsafe {
             let func = (*(*this).func.get()).take().expect("join half runs once");
@@ -66,14 +67,15 @@ impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
                 count_panic();
             }
             *(*this).result.get() = Some(result);
-            JoinLatch::set(&(*this).latch);
+            OwnerLatch::set(&(*this).latch);
         }
-        true
+        // Half of a join is not a submitted task: not counted as completed.
+        false
     }
 
-    unsafe fn cancel_job(data: NonNull<()>) {
+    unsafe fn cancel_job(payload: *mut Payload) {
         // SAFETY: as for run_job.
-        unsafe { Self::run_job(data) };
+        unsafe { Self::run_job(payload) };
     }
 
     fn into_result(self) -> ThreadResult<R> {
@@ -91,19 +93,27 @@ where
     let job_b = StackJob {
         func: UnsafeCell::new(Some(b)),
         result: UnsafeCell::new(None),
-        latch: JoinLatch::new(&worker.registry, worker.index),
+        latch: OwnerLatch::for_worker(&worker.registry, worker.index),
     };
     // SAFETY: `job_b` stays on this frame until its latch is set (every
     // path below waits for it).
     let b_ref = unsafe { job_b.job_ref() };
-    let b_id = b_ref.id();
-    worker.registry.push_internal(b_ref);
+    // SAFETY: a pointer job.
+    let b_id = unsafe { b_ref.pointer_id() };
+    worker.registry.push_local(worker, b_ref);
     let ra = catch_unwind(AssertUnwindSafe(a));
     while !job_b.latch.probe() {
         match worker.deque.pop() {
-            Some(job) if job.id() == b_id => {
+            Some(job) if job.is(b_id) => {
+                // Nobody took `b`: run it right here, with no latch to set.
+                std::mem::forget(job);
                 worker.registry.on_dequeue();
-                job.run();
+                let func = job_b.func.into_inner().expect("join half runs once");
+                let rb = catch_unwind(AssertUnwindSafe(func));
+                if rb.is_err() {
+                    count_panic();
+                }
+                return combine(ra, rb);
             }
             // Work `a` spawned and left behind: run it, then look again.
             Some(job) => worker.execute(job),
@@ -147,16 +157,18 @@ impl<F: FnOnce() -> R + Send, R: Send> SharedJob<F, R> {
         true
     }
 
-    unsafe fn run_job(data: NonNull<()>) -> bool {
+    unsafe fn run_job(payload: *mut Payload) -> bool {
         // SAFETY: created from Arc::into_raw in `join_foreign`.
-        let this = unsafe { Arc::from_raw(data.as_ptr() as *const Self) };
-        this.run_if_unclaimed()
+        let this = unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Self) };
+        this.run_if_unclaimed();
+        // Half of a join is not a submitted task: not counted as completed.
+        false
     }
 
-    unsafe fn cancel_job(data: NonNull<()>) {
+    unsafe fn cancel_job(payload: *mut Payload) {
         // The joiner claims and runs it itself.
         // SAFETY: as for run_job.
-        drop(unsafe { Arc::from_raw(data.as_ptr() as *const Self) });
+        drop(unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Self) });
     }
 }
 
@@ -178,7 +190,7 @@ where
     // data that outlives this call, because the call does not return before
     // `func` was taken (run here or by a worker, latch set) and the queued
     // job then holds nothing but empty slots.
-    let job = unsafe { JobRef::new(raw, &SharedJob::<B, RB>::VTABLE) };
+    let job = unsafe { JobRef::from_pointer(raw, &SharedJob::<B, RB>::VTABLE) };
     registry.push_internal(job);
     let ra = catch_unwind(AssertUnwindSafe(a));
     if !job_b.run_if_unclaimed() {

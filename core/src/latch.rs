@@ -196,45 +196,92 @@ const UNSET: usize = 0;
 const SLEEPING: usize = 1;
 const SET: usize = 2;
 
-/// The latch of a `join` whose second half lives on the joiner's stack. Only
-/// the joiner waits. The setter copies what it needs *before* the one swap
-/// that publishes completion, and never touches the latch afterwards: the
-/// joiner may return (freeing the stack frame) the moment it sees `SET`.
-pub(crate) struct JoinLatch {
-    state: AtomicUsize,
-    /// The joiner's pool, kept alive by the setter (a worker of that pool).
-    registry: *const Registry,
-    index: usize,
+/// Who waits on an [`OwnerLatch`].
+enum Owner {
+    /// A pool worker: woken from the pool's sleep system. The registry is
+    /// kept alive by the setter, which is a worker of the same pool or a
+    /// thread holding a pool handle.
+    Worker { registry: *const Registry, index: usize },
+    /// Any other thread: woken with `Thread::unpark`.
+    Thread(std::thread::Thread),
 }
 
-// SAFETY: the raw registry pointer is only dereferenced by a thread of that
-// registry, which holds an `Arc` to it.
-unsafe impl Send for JoinLatch {}
-unsafe impl Sync for JoinLatch {}
+/// A latch with exactly one waiter, its owner, that may live on the
+/// owner's stack (a `join`'s second half, a scope). The setter copies what
+/// it needs to wake the owner *before* the one swap that publishes
+/// completion, and never touches the latch afterwards: the owner may return
+/// (freeing the frame) the moment it sees `SET`.
+pub(crate) struct OwnerLatch {
+    state: AtomicUsize,
+    owner: Owner,
+}
 
-impl JoinLatch {
-    pub(crate) fn new(registry: &Registry, index: usize) -> JoinLatch {
-        JoinLatch { state: AtomicUsize::new(UNSET), registry, index }
+// SAFETY: see `Owner::Worker`; `Thread` is Send + Sync.
+unsafe impl Send for OwnerLatch {}
+unsafe impl Sync for OwnerLatch {}
+
+impl OwnerLatch {
+    pub(crate) fn for_worker(registry: &Registry, index: usize) -> OwnerLatch {
+        OwnerLatch { state: AtomicUsize::new(UNSET), owner: Owner::Worker { registry, index } }
+    }
+
+    /// For the calling thread, worker of `registry` or not.
+    pub(crate) fn for_current(registry: &Registry) -> OwnerLatch {
+        match registry.current_worker() {
+            Some(worker) => Self::for_worker(registry, worker.index),
+            None => OwnerLatch { state: AtomicUsize::new(UNSET), owner: Owner::Thread(std::thread::current()) },
+        }
     }
 
     /// # Safety
     /// `this` must point to a live latch; after this call it may be freed.
-    pub(crate) unsafe fn set(this: *const JoinLatch) {
-        // SAFETY: live until the swap below.
-        let (registry, index, state) = unsafe { ((*this).registry, (*this).index, &(*this).state) };
+    pub(crate) unsafe fn set(this: *const OwnerLatch) {
+        enum Waker {
+            Worker(*const Registry, usize),
+            Thread(std::thread::Thread),
+        }
+        // SAFETY: live until the swap below; everything needed is copied first.
+        let (waker, state) = unsafe {
+            let waker = match &(*this).owner {
+                Owner::Worker { registry, index } => Waker::Worker(*registry, *index),
+                Owner::Thread(t) => Waker::Thread(t.clone()),
+            };
+            (waker, &(*this).state)
+        };
         if state.swap(SET, SeqCst) == SLEEPING {
-            // SAFETY: see `registry`'s field comment.
-            unsafe { (*registry).sleep.wake_worker(index) };
+            match waker {
+                // SAFETY: see `Owner::Worker`.
+                Waker::Worker(registry, index) => unsafe { (*registry).sleep.wake_worker(index) },
+                Waker::Thread(t) => {
+                    t.unpark();
+                    true
+                }
+            };
         }
     }
 }
 
-impl Awaitable for JoinLatch {
+impl Awaitable for OwnerLatch {
     fn probe(&self) -> bool {
         self.state.load(SeqCst) == SET
     }
     fn block_until(&self, deadline: Option<Instant>) -> bool {
-        // Only reached past the help-depth cap: poll with backoff.
+        if let Owner::Thread(_) = self.owner {
+            if self.state.compare_exchange(UNSET, SLEEPING, SeqCst, SeqCst) == Err(SET) {
+                return true;
+            }
+            while !self.probe() {
+                match deadline {
+                    None => std::thread::park(),
+                    Some(d) => match d.checked_duration_since(Instant::now()) {
+                        Some(left) => std::thread::park_timeout(left),
+                        None => return false,
+                    },
+                }
+            }
+            return true;
+        }
+        // A worker past the help-depth cap: poll with backoff.
         let mut pause = std::time::Duration::from_micros(1);
         while !self.probe() {
             if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -18,7 +18,7 @@ use crossbeam_utils::CachePadded;
 use crate::config::{Builder, Growth, Reject};
 use crate::error::{SpawnError, SubmitErrorKind};
 use crate::growth::{Compensation, Monitor};
-use crate::job::{HeapJob, JobRef};
+use crate::job::{JobRef, JobVTable, Payload};
 use crate::latch::Signal;
 use crate::sleep::Sleep;
 use crate::stats::{self, QueueDelay, SharedCounters, Stats, WorkerCounters, bump};
@@ -269,8 +269,10 @@ impl Registry {
                 bump(&worker.counters().submitted);
                 if global {
                     self.injector.push(job);
+                    self.wake_after_injector_push();
                 } else {
                     worker.deque.push(job);
+                    self.wake_after_local_push();
                 }
             }
             None => {
@@ -279,28 +281,50 @@ impl Registry {
                 // The injector's push reserved its slot with a SeqCst CAS,
                 // which orders it before `notify_one`'s read like a fence.
                 self.wake_after_injector_push();
-                return;
             }
         }
-        self.wake_for_new_work();
     }
 
     /// Pushes a job that bypasses admission (the second half of a `join`,
     /// a serial queue's next turn): it must run, so it cannot be refused.
     pub(crate) fn push_internal(self: &Arc<Self>, job: JobRef) {
+        match self.current_worker() {
+            Some(worker) => self.push_local(worker, job),
+            None => {
+                if self.tracks_queue {
+                    self.queued.fetch_add(1, SeqCst);
+                }
+                self.injector.push(job);
+                self.wake_after_injector_push();
+            }
+        }
+    }
+
+    /// `push_internal` for a caller that knows it is `worker` of this pool.
+    #[inline]
+    pub(crate) fn push_local(self: &Arc<Self>, worker: &WorkerThread, job: JobRef) {
         if self.tracks_queue {
             self.queued.fetch_add(1, SeqCst);
         }
-        match self.current_worker() {
-            Some(worker) => worker.deque.push(job),
-            None => self.injector.push(job),
-        }
-        self.wake_for_new_work();
+        worker.deque.push(job);
+        self.wake_after_local_push();
     }
 
+    /// After a push to the global queue or a foreign publication.
     #[inline]
     pub(crate) fn wake_for_new_work(self: &Arc<Self>) {
         std::sync::atomic::fence(SeqCst);
+        self.wake_after_injector_push();
+    }
+
+    /// After a push to the calling worker's own deque. No fence: if the
+    /// wake-up is missed, the job is not stranded, because its owner runs
+    /// its own deque before it can park, helps from it while waiting, and
+    /// lends a thread if it enters a blocking region with it non-empty. A
+    /// miss costs parallelism for one job, never progress (rayon makes the
+    /// same trade).
+    #[inline]
+    pub(crate) fn wake_after_local_push(self: &Arc<Self>) {
         self.wake_after_injector_push();
     }
 
@@ -352,12 +376,6 @@ impl Registry {
         }
         let n = self.high_water.load(Acquire);
         self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len()).sum::<usize>()
-    }
-
-    pub(crate) fn completed_total(&self) -> u64 {
-        let n = self.high_water.load(Acquire);
-        self.slots[..n].iter().map(|s| s.counters.completed.load(Relaxed)).sum::<u64>()
-            + self.counters.completed_off_pool.sum()
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -448,15 +466,36 @@ impl Registry {
 }
 
 /// A job whose queue delay is measured (one submission in 64 per thread).
+struct Sampled {
+    job: JobRef,
+    submitted_at: Instant,
+}
+
+impl Sampled {
+    const VTABLE: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel };
+
+    unsafe fn run(payload: *mut Payload) -> bool {
+        // SAFETY: a leaked Box<Sampled>, consumed once.
+        let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Sampled>().as_ptr()) };
+        if let Some(worker) = WorkerThread::current() {
+            worker.registry.delay.record(this.submitted_at);
+        }
+        // The inner job's answer: a tombstone stays uncounted.
+        this.job.run()
+    }
+
+    unsafe fn cancel(payload: *mut Payload) {
+        // SAFETY: as in run; dropping it cancels the inner job.
+        drop(unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Sampled>().as_ptr()) });
+    }
+}
+
 #[cold]
 fn sampled(job: JobRef) -> JobRef {
-    let submitted_at = Instant::now();
-    HeapJob::into_job_ref(move || {
-        if let Some(worker) = WorkerThread::current() {
-            worker.registry.delay.record(submitted_at);
-        }
-        job.run();
-    })
+    let boxed = Box::new(Sampled { job, submitted_at: Instant::now() });
+    let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();
+    // SAFETY: a leaked Box<Sampled> with its own vtable; Sampled is Send.
+    unsafe { JobRef::from_pointer(data, &Sampled::VTABLE) }
 }
 
 /// Cancels a job; a panic from a destructor is contained.

@@ -1,13 +1,21 @@
 //! Scoped tasks that may borrow from the caller's stack, like
 //! `std::thread::scope`.
+//!
+//! The scope's bookkeeping lives on the caller's stack: `pending` counts
+//! the scope body itself plus every unfinished task, so it reaches zero
+//! exactly once, and whoever brings it there sets the owner's latch (which
+//! copies what it needs before its final swap). A task therefore costs one
+//! increment and one decrement of a shared counter, no reference counting.
 
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 
 use crate::job::HeapJob;
-use crate::latch::CountLatch;
+use crate::latch::OwnerLatch;
 use crate::registry::Registry;
 use crate::sync::lock;
 use crate::worker::wait_on;
@@ -16,15 +24,47 @@ use crate::worker::wait_on;
 /// in it finishes before `scope` returns, so tasks may borrow anything that
 /// outlives the scope.
 pub struct Scope<'scope, 'env: 'scope> {
-    data: Arc<ScopeData>,
+    data: ScopeData,
     registry: Arc<Registry>,
     scope: PhantomData<&'scope mut &'scope ()>,
     env: PhantomData<&'env mut &'env ()>,
 }
 
 struct ScopeData {
-    latch: CountLatch,
+    /// 1 for the scope body + 1 per unfinished task.
+    pending: AtomicUsize,
+    /// Set when `pending` reaches zero.
+    done: OwnerLatch,
+    /// The first panic of a task.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl ScopeData {
+    /// Drops one count; the last one out sets the latch.
+    ///
+    /// # Safety
+    /// `this` must be live; after this call it may be freed.
+    unsafe fn release(this: *const ScopeData) {
+        // SAFETY: live until the count reaches zero and the latch is set.
+        unsafe {
+            if (*this).pending.fetch_sub(1, SeqCst) == 1 {
+                OwnerLatch::set(&(*this).done);
+            }
+        }
+    }
+}
+
+/// Counts one task of a scope until dropped (run, panicked or cancelled).
+struct ScopeMember(*const ScopeData);
+
+// SAFETY: ScopeData is Sync, and the scope outlives every member.
+unsafe impl Send for ScopeMember {}
+
+impl Drop for ScopeMember {
+    fn drop(&mut self) {
+        // SAFETY: the scope waits for this release before freeing the data.
+        unsafe { ScopeData::release(self.0) }
+    }
 }
 
 impl<'scope> Scope<'scope, '_> {
@@ -32,32 +72,24 @@ impl<'scope> Scope<'scope, '_> {
     /// is shut down or its queue refuses the task, it runs right here, so
     /// a scope's work is never lost.
     pub fn spawn<F: FnOnce() + Send + 'scope>(&'scope self, f: F) {
-        self.data.latch.increment();
-        let member = ScopeMember(self.data.clone());
+        self.data.pending.fetch_add(1, SeqCst);
+        let member = ScopeMember(&self.data);
         let task = move || {
+            let member = member;
             if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                let mut slot = lock(&member.0.panic);
+                // SAFETY: the member keeps the data alive until it drops.
+                let mut slot = lock(unsafe { &(*member.0).panic });
                 if slot.is_none() {
                     *slot = Some(payload);
                 }
             }
         };
-        // SAFETY: `run_scope` waits for the latch before returning, and the
-        // latch counts this task until `member` is dropped (run or not), so
-        // every borrow in `task` outlives the job.
+        // SAFETY: `run_scope` waits until every member is released, so the
+        // borrows in `task` outlive the job, run or cancelled.
         let job = unsafe { HeapJob::into_job_ref_unchecked(task) };
         if let Err(refused) = self.registry.submit_job(job, false, |job| job) {
             self.registry.run_on_caller(refused.into_task());
         }
-    }
-}
-
-/// Counts one task of a scope until dropped.
-struct ScopeMember(Arc<ScopeData>);
-
-impl Drop for ScopeMember {
-    fn drop(&mut self) {
-        self.0.latch.decrement();
     }
 }
 
@@ -68,13 +100,19 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
 {
     let scope = Scope {
-        data: Arc::new(ScopeData { latch: CountLatch::default(), panic: Mutex::new(None) }),
+        data: ScopeData {
+            pending: AtomicUsize::new(1),
+            done: OwnerLatch::for_current(registry),
+            panic: Mutex::new(None),
+        },
         registry: registry.clone(),
         scope: PhantomData,
         env: PhantomData,
     };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
-    wait_on(registry, &scope.data.latch, None);
+    // SAFETY: `scope` lives until the latch is set (waited for below).
+    unsafe { ScopeData::release(&scope.data) };
+    wait_on(registry, &scope.data.done, None);
     let task_panic = lock(&scope.data.panic).take();
     match (result, task_panic) {
         (Err(p), _) | (Ok(_), Some(p)) => resume_unwind(p),

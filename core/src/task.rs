@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use crate::error::TaskError;
-use crate::job::{JobRef, JobVTable};
+use crate::job::{JobRef, JobVTable, Payload};
 use crate::latch::{Awaitable, OnceLatch};
 use crate::registry::{Registry, drop_payload};
 use crate::worker::wait_on;
@@ -57,18 +57,18 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
     fn job_ref(self: &Arc<Self>) -> JobRef {
         let data = NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
         // SAFETY: data is an Arc<Self> reference handed to the job.
-        unsafe { JobRef::new(data, &Self::VTABLE) }
+        unsafe { JobRef::from_pointer(data, &Self::VTABLE) }
     }
 
-    unsafe fn run_job(data: NonNull<()>) -> bool {
+    unsafe fn run_job(payload: *mut Payload) -> bool {
         // SAFETY: created by `job_ref`.
-        let cell = unsafe { Arc::from_raw(data.as_ptr() as *const Self) };
+        let cell = unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Self) };
         cell.run_if_pending()
     }
 
-    unsafe fn cancel_job(data: NonNull<()>) {
+    unsafe fn cancel_job(payload: *mut Payload) {
         // SAFETY: created by `job_ref`.
-        let cell = unsafe { Arc::from_raw(data.as_ptr() as *const Self) };
+        let cell = unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Self) };
         cell.cancel_if_pending();
     }
 

@@ -89,6 +89,7 @@ impl WorkerThread {
             blocking_depth: Cell::new(0),
         };
         CURRENT.with(|c| c.set(&worker));
+        worker.counters().tid.store(crate::growth::current_tid(), Relaxed);
         if let Some(hook) = &worker.registry.config.on_thread_start {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index))) {
                 drop_payload(p);
@@ -222,11 +223,17 @@ impl WorkerThread {
             registry.cancel_job(job);
             return;
         }
-        match catch_unwind(AssertUnwindSafe(|| job.run())) {
-            Ok(true) => bump(&self.counters().completed),
+        let counters = self.counters();
+        // Nested runs (help-while-waiting) restore the outer task's mark.
+        let outer = counters.busy_since.load(Relaxed);
+        counters.busy_since.store(registry.monitor.epoch() + 1, Relaxed);
+        let outcome = catch_unwind(AssertUnwindSafe(|| job.run()));
+        counters.busy_since.store(outer, Relaxed);
+        match outcome {
+            Ok(true) => bump(&counters.completed),
             Ok(false) => {}
             Err(payload) => {
-                bump(&self.counters().completed);
+                bump(&counters.completed);
                 registry.counters.panicked.add(1);
                 drop_payload(payload);
             }
@@ -337,6 +344,11 @@ impl WorkerThread {
         }
         self.help_depth.set(depth + 1);
         let _restore = RestoreDepth(&self.help_depth, depth);
+        // A waiting worker is not stuck: it helps or parks. Each job it runs
+        // stamps its own start; the outer task's stamp comes back on return.
+        let busy = &self.counters().busy_since;
+        let outer_busy = busy.swap(0, Relaxed);
+        let _restore_busy = RestoreBusy(busy, outer_busy);
         let registry = &*self.registry;
         let mut searching = false;
         let done = loop {
@@ -367,6 +379,14 @@ impl WorkerThread {
             self.stop_searching();
         }
         done
+    }
+}
+
+struct RestoreBusy<'a>(&'a std::sync::atomic::AtomicU64, u64);
+
+impl Drop for RestoreBusy<'_> {
+    fn drop(&mut self) {
+        self.0.store(self.1, Relaxed);
     }
 }
 

@@ -284,3 +284,26 @@ fn queue_delay_is_reported() {
     assert!(s.queue_delay_max_ns > 0, "{s:?}");
     assert!(s.queue_delay_p50_ns <= s.queue_delay_p99_ns);
 }
+
+/// CPU-bound long tasks are not starvation: their threads are running (or
+/// waiting for a CPU), so the monitor adds nobody, however long the queue.
+#[test]
+fn cpu_bound_long_tasks_do_not_grow_the_pool() {
+    let _serial = serial();
+    let pool = Pool::builder().min_threads(2).build().unwrap();
+    let g = pool.group();
+    for _ in 0..16 {
+        g.spawn(|| {
+            let end = Instant::now() + Duration::from_millis(15);
+            let mut x = 0u64;
+            while Instant::now() < end {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        })
+        .unwrap();
+    }
+    g.wait().unwrap();
+    let s = pool.stats();
+    assert_eq!(s.starvation_injections, 0, "{s:?}");
+    assert_eq!(s.peak_threads, 2);
+}

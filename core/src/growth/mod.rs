@@ -101,6 +101,34 @@ impl Registry {
         }
     }
 
+    /// Workers whose current task started two or more epochs ago and whose
+    /// thread was blocked (not running or runnable) for most of the last
+    /// interval.
+    fn stuck_workers(&self, epoch: u64, interval: Duration, activity: &mut Activity) -> usize {
+        let n = self.high_water.load(SeqCst);
+        activity.last.resize(n, (0, None));
+        let mut stuck = 0;
+        for (slot, last) in self.slots[..n].iter().zip(activity.last.iter_mut()) {
+            let since = slot.counters.busy_since.load(Relaxed);
+            if since == 0 || since + 1 > epoch {
+                *last = (0, None);
+                continue;
+            }
+            let tid = slot.counters.tid.load(Relaxed);
+            let now = thread_activity(tid);
+            let blocked = match (*last, now) {
+                ((last_tid, Some(before)), Some(after)) if last_tid == tid => {
+                    Duration::from_nanos(after.saturating_sub(before)) < interval / 2
+                }
+                // No earlier reading (or no /proc): judge by time alone.
+                _ => now.is_none(),
+            };
+            *last = (tid, now);
+            stuck += usize::from(blocked);
+        }
+        stuck
+    }
+
     fn claim_slot(&self) -> Option<usize> {
         self.slots.iter().position(|s| s.occupied.compare_exchange(false, true, SeqCst, SeqCst).is_ok())
     }
@@ -221,25 +249,34 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
 
 /// The starvation monitor: one thread per Adaptive pool, started with it.
 ///
-/// Every `monitor_interval` while the pool is busy it reads the backlog
-/// (`queued`), the idle count, the tasks completed during the interval and
-/// the process's CPU time. The pool is starving when work is queued, no
-/// worker is idle, the CPU is not saturated (so the workers are blocked,
-/// not busy: adding threads to CPU-bound work would only oversubscribe),
-/// and the backlog would take more than two intervals at the current
-/// completion rate. It then injects `min(queued, threads)` threads (at
-/// least one): the pool at most doubles per interval, fast enough to absorb
-/// a burst of blocked tasks in a handful of intervals, and bounded by the
-/// backlog so a trickle of blocking work adds a thread or two, not dozens.
-/// Extras retire after `keep_alive` once idle. When every worker is parked
-/// and nothing is queued it sleeps until the next wake-up of a worker, so
-/// an idle pool wakes nobody.
+/// Every `monitor_interval` (default 5 ms) while the pool is busy it
+/// advances an epoch; each worker stamps the epoch in which its current
+/// task started. A worker whose task started two epochs ago or earlier has
+/// been on it for at least one whole interval; on Linux the monitor then
+/// reads the thread's scheduler counters (`/proc/self/task/<tid>/schedstat`:
+/// time running plus time waiting for a CPU) and calls it **stuck** only if
+/// it spent less than half of the last interval running or runnable, i.e.
+/// it was blocked, not computing and not merely descheduled on a busy
+/// machine (elsewhere every long task counts as stuck). The pool is **starving** when
+/// work is queued, no worker is idle, fewer than `min_threads` workers are
+/// neither stuck nor in a declared blocking region, and the process is not
+/// using every core (CPU-bound long tasks gain nothing from more threads).
+/// It then injects `min(queued, threads)` threads (at least one): at most
+/// doubling per interval, fast enough to absorb a burst of blocked tasks in
+/// a handful of intervals, and bounded by the backlog, so a trickle of
+/// blocking work adds a thread or two, not dozens. Short tasks, however
+/// many are queued, never look stuck, so a flood of CPU work never grows
+/// the pool. Extras retire after `keep_alive` once idle. When every worker
+/// is parked and nothing is queued the monitor sleeps until the next
+/// wake-up of a worker, so an idle pool wakes nobody.
 #[derive(Default)]
 pub(crate) struct Monitor {
     state: Mutex<MonitorState>,
     cv: Condvar,
     /// The monitor is (about to be) asleep until kicked; see `pause`.
     idle: std::sync::atomic::AtomicBool,
+    /// Ticks so far; workers stamp it when a task starts.
+    epoch: std::sync::atomic::AtomicU64,
     handle: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -261,6 +298,12 @@ impl Monitor {
             .spawn(move || monitor_loop(weak, interval))?;
         *lock(&registry.monitor.handle) = Some(handle);
         Ok(())
+    }
+
+    /// The current epoch (read once per task, written once per tick).
+    #[inline]
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Relaxed)
     }
 
     /// Called after a worker is woken: wakes an idle monitor.
@@ -310,14 +353,15 @@ impl Monitor {
 }
 
 fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut last_completed = 0u64;
+    let cores = match weak.upgrade() {
+        Some(registry) => registry.config.cpu_parallelism,
+        None => return,
+    };
+    let mut activity = Activity::default();
     let mut last_cpu = process_cpu_time();
     let mut last_tick = std::time::Instant::now();
     loop {
-        let Some(registry) = weak.upgrade() else {
-            return;
-        };
+        let Some(registry) = weak.upgrade() else { return };
         let pool_idle = || {
             let (_, sleeping) = registry.sleep.counts();
             sleeping >= registry.live_threads() && registry.queued_now() == 0
@@ -325,28 +369,70 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
         if !registry.monitor.pause(interval, pool_idle) || registry.state() != RUNNING {
             return;
         }
+        let epoch = registry.monitor.epoch.fetch_add(1, Relaxed) + 1;
         let now = std::time::Instant::now();
         let cpu = process_cpu_time();
-        let completed = registry.completed_total();
-        let elapsed = now.duration_since(last_tick);
         let used = match (cpu, last_cpu) {
             (Some(c), Some(l)) => Some(c.saturating_sub(l)),
             _ => None,
         };
-        let per_interval = completed.saturating_sub(last_completed);
-        (last_completed, last_cpu, last_tick) = (completed, cpu, now);
+        let elapsed = now.duration_since(last_tick);
+        (last_cpu, last_tick) = (cpu, now);
         let queued = registry.queued_now();
         let (searching, sleeping) = registry.sleep.counts();
+        if queued == 0 || searching + sleeping > 0 {
+            continue;
+        }
+        let stuck = registry.stuck_workers(epoch, elapsed, &mut activity);
         let threads = registry.live_threads();
+        let runnable = threads.saturating_sub(stuck + registry.compensation.blocked());
         let cpu_saturated = used.is_some_and(|u| u.as_secs_f64() >= 0.9 * cores as f64 * elapsed.as_secs_f64());
-        let starving = queued > 0 && searching + sleeping == 0 && !cpu_saturated && queued as u64 > 2 * per_interval;
-        if starving {
+        if runnable < registry.config.min_threads && !cpu_saturated {
             for _ in 0..queued.min(threads).max(1) {
                 if !registry.spawn_worker(true) {
                     break;
                 }
             }
         }
+    }
+}
+
+/// The monitor's memory of each slot's scheduler counters.
+#[derive(Default)]
+struct Activity {
+    /// Per slot: (thread id, running + runnable ns at the last reading).
+    last: Vec<(u64, Option<u64>)>,
+}
+
+/// Nanoseconds thread `tid` of this process has spent running or waiting
+/// for a CPU.
+#[cfg(target_os = "linux")]
+fn thread_activity(tid: u64) -> Option<u64> {
+    if tid == 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
+    let running = fields.next()??;
+    let waiting = fields.next()??;
+    Some(running + waiting)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_activity(_tid: u64) -> Option<u64> {
+    None
+}
+
+/// The calling thread's kernel id, 0 where there is none to read.
+pub(crate) fn current_tid() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions.
+        (unsafe { libc::gettid() }) as u64
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
     }
 }
 
