@@ -102,31 +102,16 @@ impl Registry {
     }
 
     /// Workers whose current task started two or more epochs ago and whose
-    /// thread was blocked (not running or runnable) for most of the last
-    /// interval.
-    fn stuck_workers(&self, epoch: u64, interval: Duration, activity: &mut Activity) -> usize {
+    /// thread is blocked (not running nor waiting for a CPU) right now.
+    fn stuck_workers(&self, epoch: u64) -> usize {
         let n = self.high_water.load(SeqCst);
-        activity.last.resize(n, (0, None));
-        let mut stuck = 0;
-        for (slot, last) in self.slots[..n].iter().zip(activity.last.iter_mut()) {
-            let since = slot.counters.busy_since.load(Relaxed);
-            if since == 0 || since + 1 > epoch {
-                *last = (0, None);
-                continue;
-            }
-            let tid = slot.counters.tid.load(Relaxed);
-            let now = thread_activity(tid);
-            let blocked = match (*last, now) {
-                ((last_tid, Some(before)), Some(after)) if last_tid == tid => {
-                    Duration::from_nanos(after.saturating_sub(before)) < interval / 2
-                }
-                // No earlier reading (or no /proc): judge by time alone.
-                _ => now.is_none(),
-            };
-            *last = (tid, now);
-            stuck += usize::from(blocked);
-        }
-        stuck
+        self.slots[..n]
+            .iter()
+            .filter(|slot| {
+                let since = slot.counters.busy_since.load(Relaxed);
+                since != 0 && since + 1 <= epoch && thread_blocked(slot.counters.tid.load(Relaxed))
+            })
+            .count()
     }
 
     fn claim_slot(&self) -> Option<usize> {
@@ -253,11 +238,10 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
 /// advances an epoch; each worker stamps the epoch in which its current
 /// task started. A worker whose task started two epochs ago or earlier has
 /// been on it for at least one whole interval; on Linux the monitor then
-/// reads the thread's scheduler counters (`/proc/self/task/<tid>/schedstat`:
-/// time running plus time waiting for a CPU) and calls it **stuck** only if
-/// it spent less than half of the last interval running or runnable, i.e.
-/// it was blocked, not computing and not merely descheduled on a busy
-/// machine (elsewhere every long task counts as stuck). The pool is **starving** when
+/// reads the thread's state (`/proc/self/task/<tid>/stat`) and calls it
+/// **stuck** only if it is blocked in the kernel, not running and not
+/// merely waiting for a CPU on a busy machine (elsewhere every long task
+/// counts as stuck). The pool is **starving** when
 /// work is queued, no worker is idle, fewer than `min_threads` workers are
 /// neither stuck nor in a declared blocking region, and the process is not
 /// using every core (CPU-bound long tasks gain nothing from more threads).
@@ -357,7 +341,6 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
         Some(registry) => registry.config.cpu_parallelism,
         None => return,
     };
-    let mut activity = Activity::default();
     let mut last_cpu = process_cpu_time();
     let mut last_tick = std::time::Instant::now();
     loop {
@@ -383,7 +366,7 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
         if queued == 0 || searching + sleeping > 0 {
             continue;
         }
-        let stuck = registry.stuck_workers(epoch, elapsed, &mut activity);
+        let stuck = registry.stuck_workers(epoch);
         let threads = registry.live_threads();
         let runnable = threads.saturating_sub(stuck + registry.compensation.blocked());
         let cpu_saturated = used.is_some_and(|u| u.as_secs_f64() >= 0.9 * cores as f64 * elapsed.as_secs_f64());
@@ -397,30 +380,25 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
     }
 }
 
-/// The monitor's memory of each slot's scheduler counters.
-#[derive(Default)]
-struct Activity {
-    /// Per slot: (thread id, running + runnable ns at the last reading).
-    last: Vec<(u64, Option<u64>)>,
-}
-
-/// Nanoseconds thread `tid` of this process has spent running or waiting
-/// for a CPU.
+/// Is thread `tid` of this process blocked (sleeping in the kernel) rather
+/// than running or runnable? Read from `/proc/self/task/<tid>/stat`; where
+/// that cannot be read, a long task counts as blocked.
 #[cfg(target_os = "linux")]
-fn thread_activity(tid: u64) -> Option<u64> {
+fn thread_blocked(tid: u64) -> bool {
     if tid == 0 {
-        return None;
+        return true;
     }
-    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
-    let running = fields.next()??;
-    let waiting = fields.next()??;
-    Some(running + waiting)
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return true };
+    // "tid (comm) S ...": the state follows the last ')' (comm may hold any byte).
+    match text.rfind(')').and_then(|i| text[i + 1..].split_ascii_whitespace().next()) {
+        Some(state) => state != "R",
+        None => true,
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn thread_activity(_tid: u64) -> Option<u64> {
-    None
+fn thread_blocked(_tid: u64) -> bool {
+    true
 }
 
 /// The calling thread's kernel id, 0 where there is none to read.
