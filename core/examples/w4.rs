@@ -8,7 +8,21 @@ fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     for round in 0..20 {
         let t = Instant::now();
-        if mode == "w1" {
+        if mode == "w2" {
+            fn fib(n: u64) -> u64 {
+                if n < 2 {
+                    return n;
+                }
+                let (a, b) = wspool::join(|| fib(n - 1), || fib(n - 2));
+                a + b
+            }
+            let v = pool.submit(|| fib(25)).unwrap().wait().unwrap();
+            assert_eq!(v, 75025);
+            if round % 5 == 0 {
+                eprintln!("w2 round {round}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+            }
+            continue;
+        } else if mode == "w1" {
             let g = pool.group();
             for _ in 0..1_000_000 {
                 let c = &counter as *const AtomicU64 as usize;
@@ -41,7 +55,25 @@ fn main() {
         if round % 5 == 0 {
             eprintln!(
                 "{mode} round {round}: {:.2} M tasks/s",
-                if mode == "w1" { 1.0 } else { 0.2002 } / el.as_secs_f64()
+                if mode == "w2" {
+                    fn fib(n: u64) -> u64 {
+                        if n < 2 {
+                            return n;
+                        }
+                        let (a, b) = wspool::join(|| fib(n - 1), || fib(n - 2));
+                        a + b
+                    }
+                    let v = pool.submit(|| fib(25)).unwrap().wait().unwrap();
+                    assert_eq!(v, 75025);
+                    if round % 5 == 0 {
+                        eprintln!("w2 round {round}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    continue;
+                } else if mode == "w1" {
+                    1.0
+                } else {
+                    0.2002
+                } / el.as_secs_f64()
             );
         }
     }

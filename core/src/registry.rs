@@ -271,8 +271,7 @@ impl Registry {
                     self.injector.push(job);
                     self.wake_after_injector_push();
                 } else {
-                    worker.deque.push(job);
-                    self.wake_after_local_push();
+                    worker.push_and_wake(job);
                 }
             }
             None => {
@@ -306,8 +305,7 @@ impl Registry {
         if self.tracks_queue {
             self.queued.fetch_add(1, SeqCst);
         }
-        worker.deque.push(job);
-        self.wake_after_local_push();
+        worker.push_and_wake(job);
     }
 
     /// After a push to the global queue or a foreign publication.
@@ -317,12 +315,12 @@ impl Registry {
         self.wake_after_injector_push();
     }
 
-    /// After a push to the calling worker's own deque. No fence: if the
-    /// wake-up is missed, the job is not stranded, because its owner runs
-    /// its own deque before it can park, helps from it while waiting, and
-    /// lends a thread if it enters a blocking region with it non-empty. A
-    /// miss costs parallelism for one job, never progress (rayon makes the
-    /// same trade).
+    /// After a push to the calling worker's own deque that found it empty.
+    /// No fence: if the wake-up is missed, the job is not stranded, because
+    /// its owner runs its own deque before it can park, helps from it while
+    /// waiting, and lends a thread if it enters a blocking region with it
+    /// non-empty. A miss costs parallelism for one job, never progress
+    /// (rayon makes the same trade).
     #[inline]
     pub(crate) fn wake_after_local_push(self: &Arc<Self>) {
         self.wake_after_injector_push();

@@ -72,6 +72,19 @@ impl WorkerThread {
         unsafe { p.as_ref() }
     }
 
+    /// Pushes onto the own deque; wakes a sibling only if the deque was
+    /// empty (rayon's rule): otherwise an earlier push already offered work,
+    /// and a recursion that keeps its deque non-empty pays no wake-up check
+    /// per fork.
+    #[inline]
+    pub(crate) fn push_and_wake(&self, job: JobRef) {
+        let was_empty = self.deque.is_empty();
+        self.deque.push(job);
+        if was_empty {
+            self.registry.wake_after_local_push();
+        }
+    }
+
     pub(crate) fn counters(&self) -> &WorkerCounters {
         &self.registry.slots[self.index].counters
     }
