@@ -89,6 +89,36 @@ fn current_gen() -> u64 {
     FORK_GEN.load(Ordering::Acquire)
 }
 
+/// A core object made in one process generation: dropped normally there,
+/// leaked in a forked child (whose pool threads were the parent's, so
+/// dropping would join threads that do not exist).
+struct ForkLocal<T> {
+    value: ManuallyDrop<T>,
+    gen_: u64,
+}
+
+impl<T> ForkLocal<T> {
+    fn new(value: T, gen_: u64) -> Self {
+        ForkLocal { value: ManuallyDrop::new(value), gen_ }
+    }
+}
+
+impl<T> std::ops::Deref for ForkLocal<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> Drop for ForkLocal<T> {
+    fn drop(&mut self) {
+        if self.gen_ == current_gen() {
+            // SAFETY: dropped once, here.
+            unsafe { ManuallyDrop::drop(&mut self.value) }
+        }
+    }
+}
+
 fn forked_error() -> PyErr {
     PyRuntimeError::new_err(
         "this wspool object was created in the parent process before fork(); its worker threads do not \
@@ -591,7 +621,7 @@ fn submit_call<'py>(
     // future, never handed out, is cancelled on the way.
     let result = if shared.submit_may_block { py.detach(submit) } else { submit() };
     let handle = result.map_err(|kind| submit_error(shared, kind))?;
-    let handle = Handle { task: ManuallyDrop::new(handle), gen_: shared.gen_, pool_id: shared.id };
+    let handle = Handle { task: ForkLocal::new(handle, shared.gen_), pool_id: shared.id };
     future.setattr(intern!(py, "_ws_handle"), Bound::new(py, handle)?)?;
     Ok(future)
 }
@@ -798,13 +828,13 @@ impl Core {
     /// A task group on this pool.
     fn group(&self) -> PyResult<Group> {
         let owner = self.live()?;
-        Ok(Group { group: ManuallyDrop::new(owner.pool.group()), owner: self.owner.clone() })
+        Ok(Group { group: ForkLocal::new(owner.pool.group(), owner.shared.gen_), owner: self.owner.clone() })
     }
 
     /// A serial queue on this pool.
     fn serial(&self) -> PyResult<Serial> {
         let owner = self.live()?;
-        Ok(Serial { serial: ManuallyDrop::new(owner.pool.serial()), owner: self.owner.clone() })
+        Ok(Serial { serial: ForkLocal::new(owner.pool.serial(), owner.shared.gen_), owner: self.owner.clone() })
     }
 
     /// True on this pool's worker threads.
@@ -835,18 +865,8 @@ impl Core {
 /// on a worker of the same pool runs other tasks instead of parking.
 #[pyclass(module = "wspool._wspool", frozen)]
 struct Handle {
-    task: ManuallyDrop<TaskHandle<()>>,
-    gen_: u64,
+    task: ForkLocal<TaskHandle<()>>,
     pool_id: u64,
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        if self.gen_ == current_gen() {
-            // SAFETY: dropped once, here.
-            unsafe { ManuallyDrop::drop(&mut self.task) }
-        }
-    }
 }
 
 #[pymethods]
@@ -854,7 +874,7 @@ impl Handle {
     /// Waits until the task finished or was cancelled; False on timeout.
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        check_gen(self.gen_)?;
+        check_gen(self.task.gen_)?;
         if self.task.is_finished() {
             return Ok(true);
         }
@@ -864,7 +884,7 @@ impl Handle {
 
     /// Drops the task unrun if it has not started (its future is cancelled).
     fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
-        check_gen(self.gen_)?;
+        check_gen(self.task.gen_)?;
         // Dropping the task's closure needs the GIL (it cancels the future):
         // we hold it, and the core drops it on this thread.
         let _ = py;
@@ -873,24 +893,15 @@ impl Handle {
 
     /// True once the task finished (ran or was cancelled).
     fn done(&self) -> bool {
-        self.gen_ == current_gen() && self.task.is_finished()
+        self.task.gen_ == current_gen() && self.task.is_finished()
     }
 }
 
 /// A set of tasks to wait for together (`pool.group()`).
 #[pyclass(module = "wspool._wspool", frozen)]
 struct Group {
-    group: ManuallyDrop<wspool::Group>,
+    group: ForkLocal<wspool::Group>,
     owner: Arc<Owner>,
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if self.owner.shared.gen_ == current_gen() {
-            // SAFETY: dropped once, here.
-            unsafe { ManuallyDrop::drop(&mut self.group) }
-        }
-    }
 }
 
 #[pymethods]
@@ -929,17 +940,8 @@ impl Group {
 /// A FIFO queue whose tasks run one at a time, in order (`pool.serial()`).
 #[pyclass(module = "wspool._wspool", frozen)]
 struct Serial {
-    serial: ManuallyDrop<wspool::SerialQueue>,
+    serial: ForkLocal<wspool::SerialQueue>,
     owner: Arc<Owner>,
-}
-
-impl Drop for Serial {
-    fn drop(&mut self) {
-        if self.owner.shared.gen_ == current_gen() {
-            // SAFETY: dropped once, here.
-            unsafe { ManuallyDrop::drop(&mut self.serial) }
-        }
-    }
 }
 
 #[pymethods]
