@@ -78,9 +78,9 @@ pub(crate) struct WorkerCounters {
     pub(crate) spin_hits: AtomicU64,
     pub(crate) spin_misses: AtomicU64,
     pub(crate) spin_threshold_ns: AtomicU32,
-    /// 0 while the worker runs no task; else 1 + the monitor epoch in which
-    /// its current task started (so the monitor can tell a stuck worker).
-    pub(crate) busy_since: AtomicU64,
+    /// 1 while the worker runs a task (not while it waits by helping), so
+    /// the monitor can tell a task blocked in the kernel from an idle thread.
+    pub(crate) in_task: AtomicU64,
     /// The occupying thread's kernel id (Linux), for the monitor's
     /// "blocked or just descheduled?" check; 0 when unknown.
     pub(crate) tid: AtomicU64,

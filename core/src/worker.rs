@@ -238,10 +238,10 @@ impl WorkerThread {
         }
         let counters = self.counters();
         // Nested runs (help-while-waiting) restore the outer task's mark.
-        let outer = counters.busy_since.load(Relaxed);
-        counters.busy_since.store(registry.monitor.epoch() + 1, Relaxed);
+        let outer = counters.in_task.load(Relaxed);
+        counters.in_task.store(1, Relaxed);
         let outcome = catch_unwind(AssertUnwindSafe(|| job.run()));
-        counters.busy_since.store(outer, Relaxed);
+        counters.in_task.store(outer, Relaxed);
         match outcome {
             Ok(true) => bump(&counters.completed),
             Ok(false) => {}
@@ -357,9 +357,9 @@ impl WorkerThread {
         }
         self.help_depth.set(depth + 1);
         let _restore = RestoreDepth(&self.help_depth, depth);
-        // A waiting worker is not stuck: it helps or parks. Each job it runs
-        // stamps its own start; the outer task's stamp comes back on return.
-        let busy = &self.counters().busy_since;
+        // A waiting worker is not blocked in its task: it helps or parks.
+        // The outer task's mark comes back on return.
+        let busy = &self.counters().in_task;
         let outer_busy = busy.swap(0, Relaxed);
         let _restore_busy = RestoreBusy(busy, outer_busy);
         let registry = &*self.registry;

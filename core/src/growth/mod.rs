@@ -101,16 +101,16 @@ impl Registry {
         }
     }
 
-    /// Workers whose current task started two or more epochs ago and whose
-    /// thread is blocked (not running nor waiting for a CPU) right now.
-    fn stuck_workers(&self, epoch: u64) -> usize {
+    /// Workers inside a task whose thread is blocked in the kernel right
+    /// now (not running, not waiting for a CPU). Sampled once per interval,
+    /// the count estimates how many workers' worth of capacity blocking
+    /// takes away: a worker blocked a fraction f of the time is caught with
+    /// probability f.
+    fn blocked_in_task(&self) -> usize {
         let n = self.high_water.load(SeqCst);
         self.slots[..n]
             .iter()
-            .filter(|slot| {
-                let since = slot.counters.busy_since.load(Relaxed);
-                since != 0 && since + 1 <= epoch && thread_blocked(slot.counters.tid.load(Relaxed))
-            })
+            .filter(|slot| slot.counters.in_task.load(Relaxed) != 0 && thread_blocked(slot.counters.tid.load(Relaxed)))
             .count()
     }
 
@@ -234,33 +234,29 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
 
 /// The starvation monitor: one thread per Adaptive pool, started with it.
 ///
-/// Every `monitor_interval` (default 5 ms) while the pool is busy it
-/// advances an epoch; each worker stamps the epoch in which its current
-/// task started. A worker whose task started two epochs ago or earlier has
-/// been on it for at least one whole interval; on Linux the monitor then
-/// reads the thread's state (`/proc/self/task/<tid>/stat`) and calls it
-/// **stuck** only if it is blocked in the kernel, not running and not
-/// merely waiting for a CPU on a busy machine (elsewhere every long task
-/// counts as stuck). The pool is **starving** when
-/// work is queued, no worker is idle, fewer than `min_threads` workers are
-/// neither stuck nor in a declared blocking region, and the process is not
-/// using every core (CPU-bound long tasks gain nothing from more threads).
-/// It then injects `min(queued, threads)` threads (at least one): at most
+/// Every `monitor_interval` (default 5 ms) while the pool is busy it counts
+/// the workers that are inside a task and whose thread is blocked in the
+/// kernel right now (Linux: `/proc/self/task/<tid>/stat` says sleeping, not
+/// running nor waiting for a CPU; elsewhere every worker inside a task
+/// counts). Those workers hold a thread without using it. The pool is
+/// **starving** when work is queued, no worker is idle, fewer than
+/// `min_threads` workers are neither blocked so nor in a declared blocking
+/// region, and the process is not already using `cpu_parallelism` cores. It
+/// then injects `min(queued, threads)` threads (at least one): at most
 /// doubling per interval, fast enough to absorb a burst of blocked tasks in
 /// a handful of intervals, and bounded by the backlog, so a trickle of
-/// blocking work adds a thread or two, not dozens. Short tasks, however
-/// many are queued, never look stuck, so a flood of CPU work never grows
-/// the pool. Extras retire after `keep_alive` once idle. When every worker
-/// is parked and nothing is queued the monitor sleeps until the next
-/// wake-up of a worker, so an idle pool wakes nobody.
+/// blocking work adds a thread or two, not dozens. Computing threads are
+/// never counted, whether they run or wait for a CPU on a busy machine, so
+/// floods and CPU-bound tasks never grow the pool. Extras retire after
+/// `keep_alive` once idle. When every worker is parked and nothing is
+/// queued the monitor sleeps until the next wake-up of a worker, so an idle
+/// pool wakes nobody.
 #[derive(Default)]
 pub(crate) struct Monitor {
     state: Mutex<MonitorState>,
     cv: Condvar,
     /// The monitor is (about to be) asleep until kicked; see `pause`.
     idle: std::sync::atomic::AtomicBool,
-    /// Ticks so far; workers stamp it when a task starts.
-    epoch: std::sync::atomic::AtomicU64,
     handle: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -282,12 +278,6 @@ impl Monitor {
             .spawn(move || monitor_loop(weak, interval))?;
         *lock(&registry.monitor.handle) = Some(handle);
         Ok(())
-    }
-
-    /// The current epoch (read once per task, written once per tick).
-    #[inline]
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch.load(Relaxed)
     }
 
     /// Called after a worker is woken: wakes an idle monitor.
@@ -352,7 +342,6 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
         if !registry.monitor.pause(interval, pool_idle) || registry.state() != RUNNING {
             return;
         }
-        let epoch = registry.monitor.epoch.fetch_add(1, Relaxed) + 1;
         let now = std::time::Instant::now();
         let cpu = process_cpu_time();
         let used = match (cpu, last_cpu) {
@@ -366,9 +355,9 @@ fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
         if queued == 0 || searching + sleeping > 0 {
             continue;
         }
-        let stuck = registry.stuck_workers(epoch);
+        let blocked_in_task = registry.blocked_in_task();
         let threads = registry.live_threads();
-        let runnable = threads.saturating_sub(stuck + registry.compensation.blocked());
+        let runnable = threads.saturating_sub(blocked_in_task + registry.compensation.blocked());
         let cpu_saturated = used.is_some_and(|u| u.as_secs_f64() >= 0.9 * cores as f64 * elapsed.as_secs_f64());
         if runnable < registry.config.min_threads && !cpu_saturated {
             for _ in 0..queued.min(threads).max(1) {
