@@ -107,12 +107,12 @@ impl Signal {
         result
     }
 
-    fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
+    pub(crate) fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
         self.waiters.fetch_add(1, SeqCst);
         lock(&self.sleepers).push((registry.clone(), index));
     }
 
-    fn unregister_sleeper(&self, index: usize) {
+    pub(crate) fn unregister_sleeper(&self, index: usize) {
         {
             let mut sleepers = lock(&self.sleepers);
             if let Some(pos) = sleepers.iter().position(|(_, i)| *i == index) {
@@ -141,45 +141,6 @@ impl OnceLatch {
 impl Awaitable for OnceLatch {
     fn probe(&self) -> bool {
         self.set.load(SeqCst)
-    }
-    fn block_until(&self, deadline: Option<Instant>) -> bool {
-        self.signal.wait_until(|| self.probe(), deadline)
-    }
-    fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
-        self.signal.register_sleeper(registry, index)
-    }
-    fn unregister_sleeper(&self, index: usize) {
-        self.signal.unregister_sleeper(index)
-    }
-}
-
-/// Counts outstanding work; "set" whenever the count is zero. Reusable: a
-/// group can wait, get more tasks, and wait again. Lives in an `Arc`.
-#[derive(Default)]
-pub(crate) struct CountLatch {
-    count: AtomicUsize,
-    signal: Signal,
-}
-
-impl CountLatch {
-    pub(crate) fn increment(&self) {
-        self.count.fetch_add(1, SeqCst);
-    }
-
-    pub(crate) fn decrement(&self) {
-        if self.count.fetch_sub(1, SeqCst) == 1 {
-            self.signal.notify();
-        }
-    }
-
-    pub(crate) fn pending(&self) -> usize {
-        self.count.load(SeqCst)
-    }
-}
-
-impl Awaitable for CountLatch {
-    fn probe(&self) -> bool {
-        self.count.load(SeqCst) == 0
     }
     fn block_until(&self, deadline: Option<Instant>) -> bool {
         self.signal.wait_until(|| self.probe(), deadline)
