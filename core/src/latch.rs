@@ -73,7 +73,7 @@ impl Signal {
             if Instant::now() >= spin_until {
                 break;
             }
-            for _ in 0..32 {
+            for _ in 0..4 {
                 std::hint::spin_loop();
             }
         }

@@ -208,7 +208,7 @@ impl WorkerThread {
     fn spin(&self, budget: Duration) -> Option<JobRef> {
         let start = Instant::now();
         loop {
-            for _ in 0..64 {
+            for _ in 0..4 {
                 std::hint::spin_loop();
             }
             if let Some(job) = self.find_task(false) {
