@@ -1,9 +1,9 @@
 //! Type-erased units of work that travel through the deques.
 //!
 //! A [`JobRef`] is a small inline payload plus a static vtable (rayon-core's
-//! idea, widened): a closure of up to three words (a C task's `fn`, `arg`
-//! and `on_cancel`; an `Arc` and an index; a scope pointer and a borrow)
-//! travels *inside* the deque slot with no heap allocation at all; a larger
+//! idea, widened): a closure of up to four words (a C task's `fn`, `arg`
+//! and `on_cancel` plus the group it counts toward; an `Arc` and an index;
+//! a scope pointer and a borrow) travels *inside* the deque slot with no heap allocation at all; a larger
 //! one is boxed; a `join`'s second half, which lives on the joiner's stack,
 //! travels as a pointer. Allocation is what a flood of tiny tasks pays for
 //! most (a producer's allocations are freed by other threads, which keeps
@@ -16,8 +16,8 @@
 use std::mem::{ManuallyDrop, MaybeUninit, align_of, size_of};
 use std::ptr::NonNull;
 
-/// Inline storage: three machine words.
-pub(crate) type Payload = [MaybeUninit<usize>; 3];
+/// Inline storage: four machine words.
+pub(crate) type Payload = [MaybeUninit<usize>; 4];
 
 /// What to do with a job's payload.
 pub(crate) struct JobVTable {
@@ -46,7 +46,7 @@ impl JobRef {
     /// functions must read it with [`JobRef::pointer`], exactly once, and
     /// the job must be `Send`.
     pub(crate) unsafe fn from_pointer(data: NonNull<()>, vtable: &'static JobVTable) -> JobRef {
-        let mut payload = [MaybeUninit::uninit(); 3];
+        let mut payload = [MaybeUninit::uninit(); 4];
         payload[0] = MaybeUninit::new(data.as_ptr() as usize);
         JobRef { payload, vtable }
     }
@@ -119,7 +119,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// waiting for every job they spawned).
     pub(crate) unsafe fn into_job_ref_unchecked(func: F) -> JobRef {
         if Self::FITS_INLINE {
-            let mut payload: Payload = [MaybeUninit::uninit(); 3];
+            let mut payload: Payload = [MaybeUninit::uninit(); 4];
             // SAFETY: F fits the payload's size and alignment.
             unsafe { std::ptr::write(payload.as_mut_ptr() as *mut F, func) };
             JobRef { payload, vtable: &Self::INLINE }
