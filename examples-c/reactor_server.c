@@ -1002,26 +1002,40 @@ static void conn_on_linger_readable(conn *c)
     }
 }
 
+enum { ACCEPT_AGAIN = -2 };
+
+/* Accepts one pending connection with `flags` (both modes share this).
+ * Returns its fd; ACCEPT_AGAIN when the caller should try again (interrupted,
+ * aborted, or out of fds: then one pending connection is accepted and
+ * dropped, so the level-triggered listener does not spin and the client sees
+ * a clean close); -1 when nothing is left to accept. */
+static int accept_one(int flags)
+{
+    int fd = accept4(S.lfd, NULL, NULL, flags);
+    if (fd >= 0)
+        return fd;
+    if (errno == EINTR || errno == ECONNABORTED)
+        return ACCEPT_AGAIN;
+    if ((errno == EMFILE || errno == ENFILE) && S.spare_fd >= 0) {
+        close(S.spare_fd);
+        fd = accept(S.lfd, NULL, NULL);
+        if (fd >= 0)
+            close(fd);
+        S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        atomic_fetch_add(&S.refused_emfile, 1);
+        return ACCEPT_AGAIN;
+    }
+    return -1;
+}
+
 static void accept_reactor(int64_t now)
 {
     for (int i = 0; i < ACCEPT_BATCH; i++) {
-        int fd = accept4(S.lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if ((errno == EMFILE || errno == ENFILE) && S.spare_fd >= 0) {
-                /* Out of fds: accept and drop one, so the level-triggered
-                 * listener does not spin; clients see a clean close. */
-                close(S.spare_fd);
-                fd = accept(S.lfd, NULL, NULL);
-                if (fd >= 0)
-                    close(fd);
-                S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                atomic_fetch_add(&S.refused_emfile, 1);
-                continue;
-            }
+        int fd = accept_one(SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd == ACCEPT_AGAIN)
+            continue;
+        if (fd < 0)
             return;
-        }
         conn *c = calloc(1, sizeof *c);
         if (!c) {
             close(fd);
@@ -1329,21 +1343,11 @@ static void bconn_cancelled(void *arg) { bconn_release(arg, CR_SHUTDOWN); }
 static void accept_blocking(void)
 {
     for (int i = 0; i < ACCEPT_BATCH; i++) {
-        int fd = accept4(S.lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if ((errno == EMFILE || errno == ENFILE) && S.spare_fd >= 0) {
-                close(S.spare_fd);
-                fd = accept(S.lfd, NULL, NULL);
-                if (fd >= 0)
-                    close(fd);
-                S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                atomic_fetch_add(&S.refused_emfile, 1);
-                continue;
-            }
+        int fd = accept_one(SOCK_CLOEXEC);
+        if (fd == ACCEPT_AGAIN)
+            continue;
+        if (fd < 0)
             return;
-        }
         /* The listener is non-blocking; the accepted socket must not be. */
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
         set_socket_options(fd, true);
