@@ -26,7 +26,10 @@ pub(crate) struct JobVTable {
     /// handle already cancelled or claimed by a waiter): nothing ran.
     pub(crate) run: unsafe fn(*mut Payload) -> bool,
     /// Releases the data without running the user's code (cancellation).
-    pub(crate) cancel: unsafe fn(*mut Payload),
+    /// Returns true when that dropped a user task the caller should count as
+    /// cancelled (false for plumbing, for tombstones, and for jobs that count
+    /// their own cancellations).
+    pub(crate) cancel: unsafe fn(*mut Payload) -> bool,
 }
 
 /// An owned, type-erased job.
@@ -89,10 +92,20 @@ impl JobRef {
     }
 }
 
+impl JobRef {
+    /// Cancels the job; true if a user task was dropped unrun (see
+    /// `JobVTable::cancel`).
+    pub(crate) fn cancel(self) -> bool {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: consumed once; `this` is never dropped.
+        unsafe { (this.vtable.cancel)(&mut this.payload) }
+    }
+}
+
 impl Drop for JobRef {
     fn drop(&mut self) {
         // SAFETY: a dropped JobRef was never run; cancel consumes it once.
-        unsafe { (self.vtable.cancel)(&mut self.payload) }
+        unsafe { (self.vtable.cancel)(&mut self.payload) };
     }
 }
 
@@ -137,9 +150,10 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         true
     }
 
-    unsafe fn cancel_inline(payload: *mut Payload) {
+    unsafe fn cancel_inline(payload: *mut Payload) -> bool {
         // SAFETY: as in run_inline; dropping the closure is the cancellation.
         drop(unsafe { std::ptr::read(payload as *const F) });
+        true
     }
 
     unsafe fn run_boxed(payload: *mut Payload) -> bool {
@@ -149,9 +163,10 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         true
     }
 
-    unsafe fn cancel_boxed(payload: *mut Payload) {
+    unsafe fn cancel_boxed(payload: *mut Payload) -> bool {
         // SAFETY: as in run_boxed.
         drop(unsafe { Box::from_raw(JobRef::pointer(payload).cast::<F>().as_ptr()) });
+        true
     }
 }
 

@@ -73,9 +73,9 @@ impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
         false
     }
 
-    unsafe fn cancel_job(payload: *mut Payload) {
+    unsafe fn cancel_job(payload: *mut Payload) -> bool {
         // SAFETY: as for run_job.
-        unsafe { Self::run_job(payload) };
+        unsafe { Self::run_job(payload) }
     }
 
     fn into_result(self) -> ThreadResult<R> {
@@ -165,10 +165,11 @@ impl<F: FnOnce() -> R + Send, R: Send> SharedJob<F, R> {
         false
     }
 
-    unsafe fn cancel_job(payload: *mut Payload) {
+    unsafe fn cancel_job(payload: *mut Payload) -> bool {
         // The joiner claims and runs it itself.
         // SAFETY: as for run_job.
         drop(unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Self) });
+        false
     }
 }
 

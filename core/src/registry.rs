@@ -137,8 +137,10 @@ impl Registry {
         }
     }
 
-    pub(crate) fn count_submitted(&self) {
-        match self.current_worker() {
+    /// Counts one accepted task: in the submitting worker's own counters,
+    /// or in the striped counter for foreign threads.
+    pub(crate) fn count_submitted(&self, worker: Option<&WorkerThread>) {
+        match worker {
             Some(worker) => bump(&worker.counters().submitted),
             None => self.counters.submitted.add(1),
         }
@@ -227,8 +229,7 @@ impl Registry {
             match self.injector.steal() {
                 Steal::Success(job) => {
                     self.on_dequeue();
-                    self.counters.cancelled.add(1);
-                    drop_job_quietly(job);
+                    self.cancel_job(job);
                     return true;
                 }
                 Steal::Empty => return false,
@@ -248,7 +249,7 @@ impl Registry {
         match self.admit() {
             Err(kind) => Err(SpawnError::new(kind, task)),
             Ok(Admission::RunOnCaller) => {
-                self.counters.submitted.add(1);
+                self.count_submitted(self.current_worker());
                 self.run_on_caller(into_job(task));
                 Ok(())
             }
@@ -264,74 +265,62 @@ impl Registry {
     /// Pushes an admitted job and wakes a worker if nobody is searching.
     #[inline]
     pub(crate) fn push(self: &Arc<Self>, job: JobRef, global: bool) {
-        match self.current_worker() {
-            Some(worker) => {
-                bump(&worker.counters().submitted);
-                if global {
-                    self.injector.push(job);
-                    self.wake_after_injector_push();
-                } else {
-                    worker.push_and_wake(job);
-                }
-            }
-            None => {
-                self.counters.submitted.add(1);
-                self.injector.push(job);
-                // The injector's push reserved its slot with a SeqCst CAS,
-                // which orders it before `notify_one`'s read like a fence.
-                self.wake_after_injector_push();
-            }
-        }
+        let worker = self.current_worker();
+        self.count_submitted(worker);
+        self.enqueue(worker, job, global);
     }
 
     /// Pushes a job that bypasses admission (the second half of a `join`,
     /// a serial queue's next turn): it must run, so it cannot be refused.
     pub(crate) fn push_internal(self: &Arc<Self>, job: JobRef) {
-        match self.current_worker() {
-            Some(worker) => self.push_local(worker, job),
-            None => {
-                if self.tracks_queue {
-                    self.queued.fetch_add(1, SeqCst);
-                }
-                self.injector.push(job);
-                self.wake_after_injector_push();
-            }
-        }
+        self.push_uncounted(self.current_worker(), job);
     }
 
     /// `push_internal` for a caller that knows it is `worker` of this pool.
     #[inline]
     pub(crate) fn push_local(self: &Arc<Self>, worker: &WorkerThread, job: JobRef) {
+        self.push_uncounted(Some(worker), job);
+    }
+
+    #[inline]
+    fn push_uncounted(self: &Arc<Self>, worker: Option<&WorkerThread>, job: JobRef) {
         if self.tracks_queue {
             self.queued.fetch_add(1, SeqCst);
         }
-        worker.push_and_wake(job);
+        self.enqueue(worker, job, false);
     }
 
-    /// After a push to the global queue or a foreign publication.
+    /// The one place a job enters a queue: the calling worker's own deque
+    /// unless `global` (or the caller is not a worker of this pool), else the
+    /// injector. The injector's push reserves its slot with a SeqCst CAS,
+    /// which orders it before `notify_one`'s read like a fence; a local push
+    /// needs none (see `WorkerThread::push_and_wake`).
+    #[inline]
+    fn enqueue(self: &Arc<Self>, worker: Option<&WorkerThread>, job: JobRef, global: bool) {
+        match worker {
+            Some(worker) if !global => worker.push_and_wake(job),
+            _ => {
+                self.injector.push(job);
+                self.notify_new_work();
+            }
+        }
+    }
+
+    /// After work was published by other means than a push (jobs moved back
+    /// to the injector by a retiring thread): fence, then notify.
     #[inline]
     pub(crate) fn wake_for_new_work(self: &Arc<Self>) {
         std::sync::atomic::fence(SeqCst);
-        self.wake_after_injector_push();
+        self.notify_new_work();
     }
 
-    /// After a push to the calling worker's own deque that found it empty.
-    /// No fence: if the wake-up is missed, the job is not stranded, because
-    /// its owner runs its own deque before it can park, helps from it while
-    /// waiting, and lends a thread if it enters a blocking region with it
-    /// non-empty. A miss costs parallelism for one job, never progress
-    /// (rayon makes the same trade).
+    /// Wakes one sleeper if nobody searches (the caller has ordered its
+    /// publication first), and lends a thread if every runner is blocked.
     #[inline]
-    pub(crate) fn wake_after_local_push(self: &Arc<Self>) {
-        self.wake_after_injector_push();
-    }
-
-    /// `wake_for_new_work` for a job published by a SeqCst operation.
-    #[inline]
-    fn wake_after_injector_push(self: &Arc<Self>) {
+    pub(crate) fn notify_new_work(self: &Arc<Self>) {
         let woke = self.sleep.notify_one();
         if woke {
-            self.monitor.kick(self);
+            self.monitor.kick();
         }
         self.compensation.after_submit(woke, || self.compensate_blocked());
     }
@@ -438,10 +427,17 @@ impl Registry {
         }
     }
 
-    /// Drops a job unrun; counts it if it was a real task.
+    /// Drops a job unrun (a panicking destructor is contained); counts it
+    /// if it was a user task that does not count itself.
     pub(crate) fn cancel_job(&self, job: JobRef) {
-        self.counters.cancelled.add(1);
-        drop_job_quietly(job);
+        match catch_unwind(AssertUnwindSafe(move || job.cancel())) {
+            Ok(true) => self.counters.cancelled.add(1),
+            Ok(false) => {}
+            Err(payload) => {
+                self.counters.cancelled.add(1);
+                drop_payload(payload);
+            }
+        }
     }
 
     /// Waits for every worker thread to exit, then joins them.
@@ -482,9 +478,10 @@ impl Sampled {
         this.job.run()
     }
 
-    unsafe fn cancel(payload: *mut Payload) {
-        // SAFETY: as in run; dropping it cancels the inner job.
-        drop(unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Sampled>().as_ptr()) });
+    unsafe fn cancel(payload: *mut Payload) -> bool {
+        // SAFETY: as in run; the inner job's answer stands.
+        let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Sampled>().as_ptr()) };
+        this.job.cancel()
     }
 }
 
@@ -494,13 +491,6 @@ fn sampled(job: JobRef) -> JobRef {
     let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();
     // SAFETY: a leaked Box<Sampled> with its own vtable; Sampled is Send.
     unsafe { JobRef::from_pointer(data, &Sampled::VTABLE) }
-}
-
-/// Cancels a job; a panic from a destructor is contained.
-pub(crate) fn drop_job_quietly(job: JobRef) {
-    if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(job))) {
-        drop_payload(p);
-    }
 }
 
 /// Drops a panic payload, whose own destructor might panic.

@@ -6,10 +6,11 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use crate::error::SpawnError;
-use crate::job::{HeapJob, JobRef};
+use crate::job::{HeapJob, JobRef, JobVTable, Payload};
 use crate::registry::{Registry, drop_payload};
 use crate::sync::lock;
 use crate::task::TaskHandle;
@@ -33,36 +34,41 @@ struct SerialState {
     scheduled: bool,
 }
 
-/// The pool job for one turn; dropped unrun, it cancels the whole queue.
-struct Turn(Option<Arc<SerialInner>>);
-
-impl Turn {
-    fn run(mut self) {
-        if let Some(inner) = self.0.take() {
-            SerialInner::run_turn(inner);
-        }
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if let Some(inner) = self.0.take() {
-            let tasks: Vec<JobRef> = {
-                let mut st = lock(&inner.state);
-                st.scheduled = false;
-                st.tasks.drain(..).collect()
-            };
-            for job in tasks {
-                inner.registry.cancel_job(job);
-            }
-        }
-    }
-}
-
 impl SerialInner {
+    /// The pool job for one turn: a pointer to the queue. Run, it runs the
+    /// next task; dropped unrun (`Shutdown::Cancel`), it cancels every
+    /// queued task, each counted once, and is not a task itself.
+    const TURN: JobVTable = JobVTable { run: Self::run_turn_job, cancel: Self::cancel_turn_job };
+
     fn schedule(self: &Arc<Self>) {
-        let turn = Turn(Some(self.clone()));
-        self.registry.push_internal(HeapJob::into_job_ref(move || turn.run()));
+        let data = NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
+        // SAFETY: an Arc reference handed to the job, read back by TURN.
+        self.registry.push_internal(unsafe { JobRef::from_pointer(data, &Self::TURN) });
+    }
+
+    unsafe fn turn_of(payload: *mut Payload) -> Arc<Self> {
+        // SAFETY: built by `schedule`.
+        unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Self) }
+    }
+
+    unsafe fn run_turn_job(payload: *mut Payload) -> bool {
+        // SAFETY: built by `schedule`, consumed once.
+        unsafe { Self::turn_of(payload) }.run_turn();
+        true
+    }
+
+    unsafe fn cancel_turn_job(payload: *mut Payload) -> bool {
+        // SAFETY: built by `schedule`, consumed once.
+        let inner = unsafe { Self::turn_of(payload) };
+        let tasks: Vec<JobRef> = {
+            let mut st = lock(&inner.state);
+            st.scheduled = false;
+            st.tasks.drain(..).collect()
+        };
+        for job in tasks {
+            inner.registry.cancel_job(job);
+        }
+        false
     }
 
     fn run_turn(self: Arc<Self>) {
@@ -89,7 +95,7 @@ impl SerialInner {
             st.tasks.push_back(job);
             !std::mem::replace(&mut st.scheduled, true)
         };
-        self.registry.count_submitted();
+        self.registry.count_submitted(self.registry.current_worker());
         if start {
             self.schedule();
         }

@@ -66,10 +66,13 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
         cell.run_if_pending()
     }
 
-    unsafe fn cancel_job(payload: *mut Payload) {
+    unsafe fn cancel_job(payload: *mut Payload) -> bool {
         // SAFETY: created by `job_ref`.
         let cell = unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Self) };
+        // `cancel_if_pending` counts the cancellation itself (it is also
+        // reached through `TaskHandle::cancel`); a tombstone counts nothing.
         cell.cancel_if_pending();
+        false
     }
 
     fn run_if_pending(&self) -> bool {

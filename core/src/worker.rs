@@ -75,13 +75,17 @@ impl WorkerThread {
     /// Pushes onto the own deque; wakes a sibling only if the deque was
     /// empty (rayon's rule): otherwise an earlier push already offered work,
     /// and a recursion that keeps its deque non-empty pays no wake-up check
-    /// per fork.
+    /// per fork. No fence before the check: if the wake-up is missed, the
+    /// job is not stranded, because the owner runs its own deque before it
+    /// can park, helps from it while waiting, and lends a thread if it
+    /// enters a blocking region with it non-empty. A miss costs parallelism
+    /// for one job, never progress (rayon makes the same trade).
     #[inline]
     pub(crate) fn push_and_wake(&self, job: JobRef) {
         let was_empty = self.deque.is_empty();
         self.deque.push(job);
         if was_empty {
-            self.registry.wake_after_local_push();
+            self.registry.notify_new_work();
         }
     }
 
@@ -200,7 +204,7 @@ impl WorkerThread {
         let registry = &*self.registry;
         // stop_searching is a SeqCst RMW: it orders the scan before notify_one.
         if registry.sleep.stop_searching() && registry.has_visible_work() && registry.sleep.notify_one() {
-            registry.monitor.kick(&self.registry);
+            registry.monitor.kick();
         }
     }
 

@@ -380,6 +380,8 @@ fn cancel_drops_everything_not_started_exactly_once() {
             q.spawn(move || t.run()).unwrap();
         }
     }
+    let t = Tracked::new(&outcomes);
+    let handle = p.submit(move || t.run()).unwrap();
     let g2 = gate.clone();
     let opener = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
@@ -389,9 +391,12 @@ fn cancel_drops_everything_not_started_exactly_once() {
     opener.join().unwrap();
     let ran = outcomes.ran.load(SeqCst);
     let dropped = outcomes.dropped_unrun.load(SeqCst);
-    assert_eq!(ran + dropped, 1000, "ran {ran} + cancelled {dropped}");
-    assert!(dropped >= 998, "queued work was cancelled, not run ({ran} ran)");
-    assert!(p.stats().cancelled >= 998);
+    assert_eq!(ran + dropped, 1001, "ran {ran} + cancelled {dropped}");
+    assert!(dropped >= 999, "queued work was cancelled, not run ({ran} ran)");
+    assert!(matches!(handle.wait(), Err(TaskError::Cancelled)));
+    // Each cancelled task is counted once: not its serial turn, not twice
+    // for a task handle.
+    assert_eq!(p.stats().cancelled as usize, dropped);
 }
 
 #[test]

@@ -82,7 +82,7 @@ impl Registry {
                 if injected {
                     self.counters.starvation_injections.fetch_add(1, Relaxed);
                 }
-                self.monitor.kick(self);
+                self.monitor.kick();
                 true
             }
             Err(_) => {
@@ -282,7 +282,7 @@ impl Monitor {
 
     /// Called after a worker is woken: wakes an idle monitor.
     #[inline]
-    pub(crate) fn kick(&self, _registry: &Arc<Registry>) {
+    pub(crate) fn kick(&self) {
         if self.idle.load(SeqCst) {
             let mut st = lock(&self.state);
             st.kicked = true;
