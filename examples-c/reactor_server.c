@@ -666,6 +666,29 @@ static int conn_submit(conn *c, uint32_t flags)
     return rc;
 }
 
+/* Sends as much of p[0..n) as the socket takes without blocking (c->lock
+ * held); both the task side and the loop side write through here. Returns
+ * the bytes sent; a fatal error marks the connection dead with its reason. */
+static size_t send_now(conn *c, const char *p, size_t n)
+{
+    size_t sent = 0;
+    while (sent < n) {
+        ssize_t k = send(c->fd, p + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            sent += (size_t)k;
+        } else if (k < 0 && errno == EINTR) {
+            continue;
+        } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        } else {
+            c->dead = true;
+            c->reason = errno == EPIPE || errno == ECONNRESET ? CR_PEER : CR_ERROR;
+            break;
+        }
+    }
+    return sent;
+}
+
 /* Task side: send, or queue, n bytes in order. */
 static void conn_write(conn *c, const char *p, size_t n)
 {
@@ -677,20 +700,10 @@ static void conn_write(conn *c, const char *p, size_t n)
     size_t pending = c->wq.len - c->wq_off;
     size_t sent = 0;
     if (pending == 0) {
-        while (sent < n) {
-            ssize_t k = send(c->fd, p + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (k > 0) {
-                sent += (size_t)k;
-            } else if (k < 0 && errno == EINTR) {
-                continue;
-            } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                break;
-            } else {
-                c->dead = true;
-                c->reason = errno == EPIPE || errno == ECONNRESET ? CR_PEER : CR_ERROR;
-                notify_loop_locked(c);
-                goto out;
-            }
+        sent = send_now(c, p, n);
+        if (c->dead) {
+            notify_loop_locked(c);
+            goto out;
         }
         if (sent == n)
             goto out;
@@ -964,19 +977,8 @@ static void conn_on_readable(conn *c, int64_t now)
 static void conn_on_writable(conn *c, int64_t now)
 {
     pthread_mutex_lock(&c->lock);
-    while (c->wq_off < c->wq.len && !c->dead) {
-        ssize_t k = send(c->fd, c->wq.p + c->wq_off, c->wq.len - c->wq_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) {
-            c->wq_off += (size_t)k;
-        } else if (k < 0 && errno == EINTR) {
-            continue;
-        } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            break;
-        } else {
-            c->dead = true;
-            c->reason = errno == EPIPE || errno == ECONNRESET ? CR_PEER : CR_ERROR;
-        }
-    }
+    if (!c->dead)
+        c->wq_off += send_now(c, c->wq.p + c->wq_off, c->wq.len - c->wq_off);
     if (c->wq_off == c->wq.len) {
         c->wq.len = c->wq_off = 0;
         if (c->wq.cap > (1u << 20))
