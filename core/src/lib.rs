@@ -47,7 +47,7 @@ mod worker;
 pub use config::{
     Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
 };
-pub use error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
+pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;
 pub use growth::{blocking, blocking_begin, blocking_end};
 pub use join::join;

@@ -100,7 +100,7 @@ impl WorkerThread {
             index,
             deque,
             steal_first,
-            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) * 0xD1B5_4A32_D192_ED03)),
+            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
             tick: Cell::new(0),
             help_depth: Cell::new(0),
             blocking_depth: Cell::new(0),
@@ -128,7 +128,9 @@ impl WorkerThread {
         let spin_max = Duration::from_micros(u64::from(registry.config.spin_max_us));
         let mut debounce = Debounce::new(spin_max);
         self.publish_threshold(&debounce);
-        // Threads are born searching (see `Registry::spawn_worker`).
+        // A new thread counts as searching only now, after its start hook:
+        // while a slow hook runs, submitters must still wake somebody else.
+        registry.sleep.add_searcher();
         let mut searching = true;
         loop {
             if let Some(job) = self.find_task(false) {

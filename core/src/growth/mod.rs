@@ -29,7 +29,7 @@ pub(crate) use compensation::Compensation;
 
 use crate::config::Growth;
 use crate::job::JobRef;
-use crate::registry::{RUNNING, Registry};
+use crate::registry::{CANCELLING, RUNNING, Registry};
 use crate::sync::lock;
 use crate::worker::WorkerThread;
 
@@ -38,22 +38,31 @@ impl Registry {
     /// thread added by the starvation monitor. Never panics: a failed
     /// `std::thread::spawn` is counted and the pool goes on as it was.
     pub(crate) fn spawn_worker(self: &Arc<Self>, injected: bool) -> bool {
+        self.try_spawn_worker(injected).is_ok()
+    }
+
+    /// [`Registry::spawn_worker`] that says why no thread started:
+    /// `Err(None)` at `max_threads` (or once the pool stopped), `Err(Some(e))`
+    /// when the operating system refused the thread.
+    pub(crate) fn try_spawn_worker(self: &Arc<Self>, injected: bool) -> Result<(), Option<std::io::Error>> {
+        if self.state() == CANCELLING {
+            return Err(None);
+        }
         let max = self.config.max_threads;
         let reserved = self.threads.fetch_update(SeqCst, SeqCst, |n| (n < max).then_some(n + 1));
-        let Ok(before) = reserved else { return false };
+        let Ok(before) = reserved else { return Err(None) };
         let Some(index) = self.claim_slot() else {
             self.threads.fetch_sub(1, SeqCst);
-            return false;
+            return Err(None);
         };
         let slot = &self.slots[index];
         let Some(deque) = lock(&slot.deque).take() else {
             // Cannot happen: an unoccupied slot always holds its deque.
             slot.occupied.store(false, SeqCst);
             self.threads.fetch_sub(1, SeqCst);
-            return false;
+            return Err(None);
         };
         self.high_water.fetch_max(index + 1, SeqCst);
-        self.sleep.add_searcher();
         self.running_threads.fetch_add(1, SeqCst);
         let registry = self.clone();
         let mut builder = std::thread::Builder::new().name(format!("{}-{}", self.config.name, index));
@@ -83,20 +92,19 @@ impl Registry {
                     self.counters.starvation_injections.fetch_add(1, Relaxed);
                 }
                 self.monitor.kick();
-                true
+                Ok(())
             }
-            Err(_) => {
+            Err(e) => {
                 if let Some(deque) = lock(&carrier).take() {
                     *lock(&slot.deque) = Some(deque);
                 }
                 slot.occupied.store(false, SeqCst);
-                self.running_threads.fetch_sub(1, SeqCst);
                 self.threads.fetch_sub(1, SeqCst);
-                if self.sleep.stop_searching() && self.has_visible_work() {
-                    self.sleep.notify_one();
+                if self.running_threads.fetch_sub(1, SeqCst) == 1 {
+                    self.exited.notify();
                 }
                 self.counters.spawn_failures.fetch_add(1, Relaxed);
-                false
+                Err(Some(e))
             }
         }
     }
