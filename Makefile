@@ -16,7 +16,7 @@ EXAMPLE_TARGETS :=
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all build test demo bench examples test-rust test-loom demo-rust bench-rust clean
+.PHONY: all build test demo bench examples test-rust test-rust-debug test-loom demo-rust bench-rust clean
 
 all: build
 
@@ -24,11 +24,15 @@ build:
 	$(CARGO) build --release --workspace --exclude wspool-python
 
 ## Every test: Rust unit/integration tests, the loom models, then each layer's suite.
-test: test-rust test-loom $(TEST_TARGETS)
+test: test-rust test-rust-debug test-loom $(TEST_TARGETS)
 	@echo "make test: all suites passed"
 
 test-rust:
 	$(CARGO) test --release -p wspool
+
+# The same tests in a debug build: overflow checks and debug assertions on.
+test-rust-debug:
+	$(CARGO) test -p wspool
 
 # The loom models of the sleep/wake and blocking-compensation protocols.
 test-loom:

@@ -31,6 +31,7 @@ mod config;
 mod error;
 mod group;
 mod growth;
+mod isolation;
 mod job;
 mod join;
 mod latch;
@@ -42,6 +43,7 @@ mod sleep;
 mod stats;
 mod sync;
 mod task;
+mod wait;
 mod worker;
 
 pub use config::{
@@ -49,6 +51,7 @@ pub use config::{
 };
 pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;
+pub use isolation::isolate;
 pub use growth::{blocking, blocking_begin, blocking_end};
 pub use join::join;
 pub use pool::{Pool, Shutdown, SpawnOptions};
