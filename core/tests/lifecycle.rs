@@ -232,9 +232,11 @@ struct Accepted {
     handles: Vec<wspool::TaskHandle<()>>,
 }
 
-fn submit_mix(pool: &Pool, group: &wspool::Group, queue: &wspool::SerialQueue, outcomes: &Arc<Outcomes>, per: usize) -> Accepted {
+/// Submits a mix of task kinds until the pool refuses one (it is shutting
+/// down) or `most` were accepted, so every round races the shutdown.
+fn submit_mix(pool: &Pool, group: &wspool::Group, queue: &wspool::SerialQueue, outcomes: &Arc<Outcomes>, most: usize) -> Accepted {
     let mut acc = Accepted { count: 0, refused: 0, handles: Vec::new() };
-    for i in 0..per {
+    for i in 0..most {
         let t = Tracked::new(outcomes);
         let ok = match i % 5 {
             0 => pool.spawn(move || t.run()).is_ok(),
@@ -257,6 +259,9 @@ fn submit_mix(pool: &Pool, group: &wspool::Group, queue: &wspool::SerialQueue, o
         };
         acc.count += usize::from(ok);
         acc.refused += usize::from(!ok);
+        if !ok {
+            break;
+        }
     }
     acc
 }
@@ -269,14 +274,14 @@ fn submit_mix(pool: &Pool, group: &wspool::Group, queue: &wspool::SerialQueue, o
 // returns.
 #[test]
 fn submissions_racing_shutdown_are_run_or_cancelled_exactly_once() {
-    let rounds = if cfg!(debug_assertions) { 200 } else { 1000 };
+    let rounds = if cfg!(debug_assertions) { 300 } else { 3000 };
     watchdog(Duration::from_secs(300), "submit/shutdown race rounds", move || {
         let mut rng = 0x2545_F491_4F6C_DD1Du64;
         for round in 0..rounds {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            let delay_spins = (rng % 20_000) as usize;
+            let delay_spins = (rng % 5_000) as usize;
             let mode = if round % 2 == 0 { Shutdown::Drain } else { Shutdown::Cancel };
             let pool = Pool::builder().min_threads(2).build().unwrap();
             let group = pool.group();
@@ -288,7 +293,7 @@ fn submissions_racing_shutdown_are_run_or_cancelled_exactly_once() {
                     .map(|_| {
                         s.spawn(|| {
                             start.wait();
-                            submit_mix(&pool, &group, &queue, &outcomes, 40)
+                            submit_mix(&pool, &group, &queue, &outcomes, 1_000)
                         })
                     })
                     .collect();
