@@ -141,8 +141,7 @@ fn serial_queues_interleave_fairly() {
         for h in last {
             h.wait().unwrap();
         }
-        let order = order.lock().unwrap().clone();
-        order
+        order.lock().unwrap().clone()
     });
     let expected: Vec<String> = (0..6).flat_map(|i| ["A", "B", "C"].map(|q| format!("{q}{i}"))).collect();
     assert_eq!(order, expected, "serial queues did not take turns");
@@ -226,8 +225,7 @@ fn global_queue_work_keeps_fifo_order_on_one_thread() {
             .collect();
         gate.open();
         handles.into_iter().for_each(|h| h.wait().unwrap());
-        let order = order.lock().unwrap().clone();
-        order
+        order.lock().unwrap().clone()
     });
     assert_eq!(order, (0..200).collect::<Vec<_>>(), "global-queue tasks ran out of submission order");
 }
