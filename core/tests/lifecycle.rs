@@ -159,6 +159,61 @@ fn scope_task_survives_a_racing_cancel_shutdown() {
     });
 }
 
+/// A `'static` capture whose drop takes 50 ms, then sets a flag.
+struct SlowDropFlag(Arc<AtomicBool>);
+
+impl Drop for SlowDropFlag {
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(50));
+        self.0.store(true, SeqCst);
+    }
+}
+
+// Issue 9.2, the same capture-order pattern in groups: a group task dropped
+// unrun (evicted here) must drop its captures before the group counts it
+// finished, so a waiter on another thread never returns while the task's
+// destructor (a C task's `on_cancel`) still runs.
+#[test]
+fn evicted_group_task_drops_its_captures_before_wait_returns() {
+    watchdog(HANG, "group wait across an eviction", || {
+        let pool = Pool::builder()
+            .min_threads(1)
+            .growth(Growth::Fixed)
+            .queue_capacity(1)
+            .reject(Reject::DiscardOldest)
+            .build()
+            .unwrap();
+        let gate = Arc::new(Gate::default());
+        let _open = OpenOnDrop(gate.clone());
+        let started = Arc::new(AtomicBool::new(false));
+        {
+            let (gate, started) = (gate.clone(), started.clone());
+            pool.spawn(move || {
+                started.store(true, SeqCst);
+                gate.wait();
+            })
+            .unwrap();
+        }
+        eventually(HANG, "the only worker is busy", || started.load(SeqCst));
+        let dropped = Arc::new(AtomicBool::new(false));
+        let group = pool.group();
+        let capture = SlowDropFlag(dropped.clone());
+        group.spawn(move || drop(capture)).unwrap();
+        let waiter = {
+            let (group, dropped) = (group.clone(), dropped.clone());
+            std::thread::spawn(move || {
+                group.wait_for(None);
+                dropped.load(SeqCst)
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        // Over capacity: evicts the group task (the oldest user task).
+        pool.spawn(|| ()).unwrap();
+        assert!(waiter.join().unwrap(), "the group's wait returned while the task's captures were being dropped");
+        gate.open();
+    });
+}
+
 // ------------------------------------------------------------------ 9.3
 
 const OVERFLOW_CHILD: &str = "WSPOOL_TEST_GROUP_OVERFLOW_CHILD";
