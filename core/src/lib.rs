@@ -27,6 +27,8 @@
 //! units of work and what waiters wait on), `task`/`group`/`scope`/
 //! `serial`/`join` (the ways to submit), `stats`, `config`, `error`.
 
+#[cfg(doctest)]
+mod compile_fail;
 mod config;
 mod error;
 mod group;
