@@ -68,5 +68,5 @@ pub use worker::current_index;
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::growth::compensation::Compensation;
-    pub use crate::sleep::{Sleep, Wake};
+    pub use crate::sleep::{NO_REGION, Sleep, Wake};
 }

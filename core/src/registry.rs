@@ -381,6 +381,14 @@ impl Registry {
             Some(region) => self.sleep.notify_for_push(region),
             None => self.sleep.notify_one(),
         };
+        self.after_notify(woke);
+    }
+
+    /// What follows a submission's wake-up attempt: the monitor learns the
+    /// pool is busy, and if nobody was woken while threads are blocked, the
+    /// pool may lend one.
+    #[inline]
+    pub(crate) fn after_notify(self: &Arc<Self>, woke: bool) {
         if woke {
             self.monitor.kick();
         }

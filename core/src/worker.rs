@@ -100,11 +100,11 @@ impl WorkerThread {
     /// Pushes onto the own deque; offers it to the pool only if the deque
     /// was empty (rayon's rule: otherwise an earlier push already offered
     /// work, and a recursion that keeps its deque non-empty pays no
-    /// wake-up check per fork). The SeqCst fence between the push (a
-    /// Release store) and the read of the sleep state is what makes this a
-    /// Dekker pair with a parking worker's registration and re-scan: without
-    /// it both can miss each other (store buffering), and the job then waits
-    /// out the owner's current task, forever if that task blocks on it.
+    /// wake-up check per fork). `notify_after_local_push` fences between
+    /// the push (a Release store) and the read of the sleep state: without
+    /// that, push and a parking worker's re-scan can miss each other (store
+    /// buffering), and the job then waits out the owner's current task,
+    /// forever if that task blocks on it.
     #[inline]
     pub(crate) fn push_and_wake(&self, mut job: JobRef) {
         job.tag_if_unset(|| self.region.get());
@@ -112,8 +112,8 @@ impl WorkerThread {
         let was_empty = self.deque.is_empty();
         self.deque.push(job);
         if was_empty {
-            std::sync::atomic::fence(SeqCst);
-            self.registry.notify_new_work(Some(region));
+            let woke = self.registry.sleep.notify_after_local_push(region);
+            self.registry.after_notify(woke);
         }
     }
 

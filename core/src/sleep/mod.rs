@@ -148,6 +148,20 @@ impl Sleep {
         self.wake_waiter_of(region)
     }
 
+    /// The local-push half of the Dekker pair: the caller has just pushed
+    /// onto its own deque (a Release store); the SeqCst fence orders that
+    /// store before the read of `state`, as a parking worker's fence orders
+    /// its registration before its re-scan. Remove it and both sides can
+    /// miss each other (`core/tests/loom.rs`, `local_push_races_park`).
+    #[inline]
+    pub fn notify_after_local_push(&self, region: u64) -> bool {
+        // `make test-loom` also builds the models without this fence
+        // (--cfg wspool_mutant_no_push_fence) and requires them to fail.
+        #[cfg(not(wspool_mutant_no_push_fence))]
+        fence(SeqCst);
+        self.notify_for_push(region)
+    }
+
     fn wake_waiter_of(&self, region: u64) -> bool {
         if region == NO_REGION || self.waiting.load(SeqCst) == 0 {
             return false;
@@ -213,6 +227,10 @@ impl Sleep {
 
     /// Takes `index` off the waiters list if nobody has woken it yet.
     fn cancel_wait(&self, index: usize) -> bool {
+        // The caller changed a condition (set a latch) that the waiter
+        // re-checks after registering: fence so this read and that re-check
+        // cannot both miss (the waiter fences in `park_waiter`).
+        fence(SeqCst);
         if self.waiting.load(SeqCst) == 0 {
             return false;
         }
