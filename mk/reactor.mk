@@ -55,7 +55,8 @@ test-reactor: reactor reactor-san
 	exit $$rc
 
 demo-reactor: reactor
-	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 2 --quick
+	@echo; echo "== reactor server (examples-c/README.md): 64 clients against the epoll reactor and the blocking design"
+	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 1 --quick
 
 bench-reactor: reactor
 	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 5 --markdown
