@@ -222,7 +222,7 @@ def main() -> int:
     files = [f for f in files if f.exists()]
     n, failures = check(files, args.python)
     for f in failures:
-        print("FAIL " + f)
+        print(f"FAIL {f}")
     if failures:
         print(f"snippets: {len(failures)} problem(s) in {n} blocks")
         return 1
