@@ -31,6 +31,17 @@ def ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+def settled(pool: wspool.Pool) -> wspool.Stats:
+    """Stats once the counters caught up (a result can arrive a moment before
+    its worker counts the task as completed), so each row adds up."""
+    deadline = time.perf_counter() + 0.2
+    s = pool.stats()
+    while s.completed < s.submitted and time.perf_counter() < deadline:
+        time.sleep(0.001)
+        s = pool.stats()
+    return s
+
+
 def main() -> None:
     rows: list[tuple[str, wspool.Stats]] = []
     with wspool.Pool(max_workers=2) as pool:
@@ -38,11 +49,11 @@ def main() -> None:
         t0 = time.perf_counter()
         total = sum(pool.map(abs, range(-100_000, 0)))
         print(f"map(abs) over 100,000 items = {total} in {ms(t0):.0f} ms (no Future per item)")
-        rows.append(("submit + map", pool.stats()))
+        rows.append(("submit + map", settled(pool)))
 
         before = pool.stats()
         v = pool.submit(fib, pool, 15).result()
-        after = pool.stats()
+        after = settled(pool)
         rows.append(("nested fib(15)", after))
         added = after.threads_started - before.threads_started
         print(f"fib(15) = {v} from {after.submitted - before.submitted} tasks, each inner one waiting on two more: "
@@ -53,7 +64,7 @@ def main() -> None:
         t0 = time.perf_counter()
         list(pool.map(fetch, range(100)))
         wspool_ms = ms(t0)
-        after = pool.stats()
+        after = settled(pool)
         rows.append(("100 blocking calls", after))
         print(f"100 x 10 ms calls inside wspool.blocking() on 2 workers: {wspool_ms:.0f} ms, "
               f"{after.threads_started - before.threads_started} thread(s) lent (peak {after.peak_threads})")
@@ -63,7 +74,7 @@ def main() -> None:
         for i in range(10):
             q.submit(order.append, i)
         q.submit(lambda: None).result()
-        rows.append(("serial queue", pool.stats()))
+        rows.append(("serial queue", settled(pool)))
         print(f"serial queue order: {order}")
 
     with ThreadPoolExecutor(max_workers=2) as tpe:
