@@ -30,7 +30,16 @@ impl Table {
     fn new(pool: &Pool) -> Table {
         println!(
             "\n  {:<22} {:>7} {:>5} {:>8} {:>8} {:>10} {:>9} {:>9} {:>7} {:>10}",
-            "after step", "threads", "peak", "started", "injected", "tasks run", "own deque", "global q", "stolen", "spin hit/miss"
+            "after step",
+            "threads",
+            "peak",
+            "started",
+            "injected",
+            "tasks run",
+            "own deque",
+            "global q",
+            "stolen",
+            "spin hit/miss"
         );
         Table { last: pool.stats() }
     }
@@ -162,7 +171,10 @@ fn main() {
         if d.threads_started == 0 {
             "no thread was added: each waiting task ran work itself (help-while-waiting).".to_string()
         } else {
-            format!("{} thread(s) were started meanwhile ({} by the starvation monitor).", d.threads_started, d.starvation_injections)
+            format!(
+                "{} thread(s) were started meanwhile ({} by the starvation monitor).",
+                d.threads_started, d.starvation_injections
+            )
         }
     );
 
