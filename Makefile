@@ -46,7 +46,7 @@ help:
 # What `make test` installs, said before it does: nothing outside the
 # repository unless run as root, and then only Debian packages.
 test-announce:
-	@echo "make test: runs every suite (about 15 min on 2 cores). It installs what it needs:"
+	@echo "make test: runs every suite (about 5 min on 2 cores once crates are fetched). It installs what it needs:"
 	@echo "  - crates through cargo, and the pinned cbindgen $(CBINDGEN_VERSION) into target/tools (header freshness check)"
 	@echo "  - maturin, pytest, pytest-timeout, mypy (pinned) into ./.venv, then the Python package"
 	@echo "  - only when missing and only as root, Debian packages through apt-get: valgrind, pkg-config,"
