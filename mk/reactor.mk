@@ -3,7 +3,7 @@
 #   make reactor        builds examples-c/bin/reactor_server and examples-c/bin/loadgen
 #   make test-reactor   the reactor test suite (loopback only), then again under ASan/UBSan and TSan
 #   make demo-reactor   server + load generator, reactor mode beside the blocking control
-#   make bench-reactor  the same, longer runs, printed as the README's markdown table
+#   make bench-reactor  the same, longer runs, printed as examples-c/README.md's markdown table
 #
 # The server uses only the public C API (include/libwspool.h) and links
 # target/release/libwspool.so, built by c-lib (mk/c.mk), found at run time
