@@ -39,7 +39,7 @@ help:
 	@echo "  make install       install libwspool under PREFIX (default /usr/local; DESTDIR honoured)"
 	@echo "  make python-install  create ./.venv and install the Python package into it"
 	@echo "  make c-header      regenerate include/libwspool.h with the pinned cbindgen"
-	@echo "  make test-rust | test-loom | test-c | test-python | test-reactor | test-docs   one suite"
+	@echo "  make test-rust | test-rust-debug | test-loom | test-c | test-python | test-reactor | test-docs   one suite"
 	@echo "  make demo-rust | demo-c | demo-reactor | demo-python                          one demo"
 	@echo "  make clean         remove target/, build/ and .venv"
 
