@@ -31,14 +31,26 @@ pub(crate) const CANCELLING: u8 = 2;
 
 /// One worker position. See the module comment.
 pub(crate) struct Slot {
+    /// Thieves' half of the worker's LIFO deque (work its tasks spawned).
     pub(crate) stealer: Stealer<JobRef>,
-    /// The owner half, parked here while no thread occupies the slot.
-    pub(crate) deque: Mutex<Option<Worker<JobRef>>>,
+    /// Thieves' half of the worker's FIFO inbox: global work it took in a
+    /// batch and has not started. Other workers take from it before the
+    /// injector (it is older), so global work starts in submission order
+    /// even when the worker that took it blocks.
+    pub(crate) inbox: Stealer<JobRef>,
+    /// The owner halves, parked here while no thread occupies the slot.
+    pub(crate) queues: Mutex<Option<LocalQueues>>,
     /// A thread holds this slot (set before its thread starts, cleared
     /// after it stops touching the slot).
     pub(crate) occupied: AtomicBool,
     pub(crate) counters: CachePadded<WorkerCounters>,
     pub(crate) join: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A worker's own queues, which travel to its thread and back to its slot.
+pub(crate) struct LocalQueues {
+    pub(crate) deque: Worker<JobRef>,
+    pub(crate) inbox: Worker<JobRef>,
 }
 
 /// How a submission is to be carried out, once admitted.
@@ -88,10 +100,12 @@ impl Registry {
         let max = config.max_threads;
         let slots = (0..max)
             .map(|_| {
-                let w = Worker::new_lifo();
+                let deque = Worker::new_lifo();
+                let inbox = Worker::new_fifo();
                 Slot {
-                    stealer: w.stealer(),
-                    deque: Mutex::new(Some(w)),
+                    stealer: deque.stealer(),
+                    inbox: inbox.stealer(),
+                    queues: Mutex::new(Some(LocalQueues { deque, inbox })),
                     occupied: AtomicBool::new(false),
                     counters: CachePadded::new(WorkerCounters::default()),
                     join: Mutex::new(None),
@@ -424,7 +438,7 @@ impl Registry {
             return true;
         }
         let n = self.high_water.load(Acquire);
-        self.slots[..n].iter().any(|s| !s.stealer.is_empty())
+        self.slots[..n].iter().any(|s| !s.stealer.is_empty() || !s.inbox.is_empty())
     }
 
     /// A draining pool is done: no foreign submission is on its way (read
@@ -438,7 +452,7 @@ impl Registry {
             return self.queued.load(SeqCst);
         }
         let n = self.high_water.load(Acquire);
-        self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len()).sum::<usize>()
+        self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len() + s.inbox.len()).sum::<usize>()
     }
 
     pub(crate) fn stats(&self) -> Stats {

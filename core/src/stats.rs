@@ -90,6 +90,10 @@ pub(crate) struct WorkerCounters {
     /// The isolation region of the worker's current top-level task, so a
     /// waiter of that region knows this worker's deque holds its work.
     pub(crate) region: AtomicU64,
+    /// The worker is inside a blocking region or parked in a wait: other
+    /// workers take its inbox (global work it has not started) before new
+    /// global work, so that work neither waits behind it nor loses its order.
+    pub(crate) stalled: std::sync::atomic::AtomicBool,
 }
 
 /// Single-writer increment: no locked instruction.
