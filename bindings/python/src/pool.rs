@@ -165,6 +165,12 @@ fn parse_reject(s: &str) -> PyResult<Reject> {
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Core {
     owner: Arc<Owner>,
+    /// A one-thread fixed pool with an unbounded queue submits through a
+    /// serial queue: the core's workers may start injected tasks out of
+    /// submission order (a stolen batch lands in a LIFO deque), and a
+    /// single-thread executor is the idiom for strictly ordered calls. (A
+    /// bounded queue keeps the pool's queue: its reject policies act there.)
+    fifo: Option<ForkLocal<wspool::SerialQueue>>,
 }
 
 impl Core {
@@ -240,7 +246,9 @@ impl Core {
             submit_may_block: matches!(reject, Reject::Block | Reject::BlockFor(_) | Reject::CallerRuns),
             queue_capacity,
         });
-        Ok(Core { owner: Arc::new(Owner { pool: ManuallyDrop::new(pool), shared }) })
+        let gen_ = shared.gen_;
+        let fifo = (min_threads == 1 && growth == Growth::Fixed && queue_capacity == 0).then(|| ForkLocal::new(pool.serial(), gen_));
+        Ok(Core { owner: Arc::new(Owner { pool: ManuallyDrop::new(pool), shared }), fifo })
     }
 
     /// Queues `fn(*args, **kwargs)`; returns its `concurrent.futures.Future`.
@@ -253,7 +261,11 @@ impl Core {
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let owner = self.live()?;
-        submit_call(py, &owner.shared, Target::Pool(&owner.pool), fn_, args, kwargs)
+        let target = match &self.fifo {
+            Some(q) => Target::Serial(q),
+            None => Target::Pool(&owner.pool),
+        };
+        submit_call(py, &owner.shared, target, fn_, args, kwargs)
     }
 
     /// `Executor.map`: calls `fn(*args)` for each tuple of `arg_tuples`, `chunksize` calls per task.
