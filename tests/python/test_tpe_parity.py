@@ -394,7 +394,6 @@ with wspool.Pool(2) as ex:
 
 @pytest.mark.timeout(180)
 def test_coverage_sees_lines_run_in_tasks(tmp_path: Path) -> None:
-    pytest.importorskip("coverage", reason="make test-python installs coverage")
     script = tmp_path / "script.py"
     script.write_text(COVERAGE_SCRIPT)
     env = dict(os.environ, COVERAGE_FILE=str(tmp_path / ".coverage"))

@@ -256,7 +256,7 @@ class Pool(ThreadPoolExecutor):
         # The attributes ThreadPoolExecutor's own code and its users read.
         self._max_workers = max_workers
         self._thread_name_prefix = prefix
-        self._initializer = initializer
+        self._initializer = initializer  # type: ignore[assignment]  # typeshed's is narrower than TPE's
         self._initargs = initargs
         self._core = _wspool.Core(
             future_cls=Future,
@@ -320,13 +320,14 @@ class Pool(ThreadPoolExecutor):
         """
         self._core.shutdown(wait, cancel_futures)
 
+    # ThreadPoolExecutor's attributes, read-only here: `_broken` is False or
+    # why the pool is broken (typeshed says bool; TPE stores the message).
     @property
-    def _broken(self) -> str | bool:
-        # ThreadPoolExecutor's attribute: False, or why the pool is broken.
+    def _broken(self) -> str | bool:  # type: ignore[override]
         return self._core.broken or False
 
     @property
-    def _shutdown(self) -> bool:
+    def _shutdown(self) -> bool:  # type: ignore[override]
         return self._core.is_shutdown
 
     def stats(self) -> Stats:
@@ -348,7 +349,7 @@ class Pool(ThreadPoolExecutor):
     @property
     def name(self) -> str:
         """The thread-name prefix."""
-        return self._thread_name_prefix
+        return self._thread_name_prefix or ""
 
     def __repr__(self) -> str:
         state = "forked" if self._core.forked else "shut down" if self._core.is_shutdown else "running"
