@@ -18,18 +18,20 @@ def fib(pool: wspool.Pool, n: int) -> int:
 
 
 def fetch(i: int) -> int:
-    with wspool.blocking():  # real blocking: the pool lends a thread meanwhile
+    with wspool.blocking():  # real blocking: a pool allowed to grow lends a thread meanwhile
         time.sleep(0.01)
     return i
 
 
 def main() -> None:
-    with wspool.Pool(max_workers=2) as pool:
+    # growth="adaptive" opts in to threads beyond max_workers for blocking()
+    # regions and waits inside tasks (the default keeps ThreadPoolExecutor's bound).
+    with wspool.Pool(max_workers=2, growth="adaptive") as pool:
         print("submit:", pool.submit(pow, 2, 10).result())
         t0 = time.perf_counter()
         total = sum(pool.map(abs, range(-100_000, 0)))
         print(f"map over 100,000 items: {total} in {(time.perf_counter() - t0) * 1000:.0f} ms")
-        print("nested submit/result on 2 threads, fib(15):", pool.submit(fib, pool, 15).result())
+        print("nested submit/result from 2 threads, fib(10):", pool.submit(fib, pool, 10).result())
         t0 = time.perf_counter()
         list(pool.map(fetch, range(100)))
         print(f"100 x 10 ms blocking calls on 2 workers: {(time.perf_counter() - t0) * 1000:.0f} ms")

@@ -494,9 +494,10 @@ stats_class!(
 );
 
 /// `with wspool.blocking(): ...` marks code that blocks for real (I/O, a
-/// foreign lock, `time.sleep`): on a pool thread the pool lends a
-/// compensating thread at once, so queued work keeps running. Off the pool
-/// it does nothing. Nests.
+/// foreign lock, `time.sleep`): on a pool thread of a pool that may grow,
+/// the pool lends a compensating thread at once, so queued work keeps
+/// running; a fixed pool (the default) lends none, keeping its bound. Off
+/// the pool it does nothing. Nests.
 #[pyclass(module = "wspool._wspool", name = "blocking")]
 pub(crate) struct Blocking {
     depth: usize,

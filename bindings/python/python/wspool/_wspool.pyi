@@ -144,7 +144,7 @@ class Stats:
 
 @final
 class blocking:
-    """``with wspool.blocking():`` marks code that blocks for real; the pool lends a thread meanwhile."""
+    """``with wspool.blocking():`` marks code that blocks for real; a pool with growth lends a thread meanwhile."""
 
     def __new__(cls) -> blocking: ...
     def __enter__(self) -> blocking: ...
