@@ -8,8 +8,10 @@
 #                        installs (pinned) the real clients the suite runs: coverage,
 #                        dask and uvloop; and CPython's test_concurrent_futures when the
 #                        interpreter lacks it (Debian's libpython3.X-testsuite, apt-get)
-#   make demo-python     a short tour: submit, map, nested waits, blocking(), stats
-#   make bench-python    P1-P3 and asyncio round trips against ThreadPoolExecutor
+#   make demo-python     a short tour: submit, map, nested waits, blocking(), stats;
+#                        runs from target/python-dev (cargo build + the package's
+#                        sources), so a first `make demo` installs no tools
+#   make bench-python    P1-P4 (P4: asyncio round trips) against ThreadPoolExecutor
 #
 # Everything runs from the venv; nothing is installed outside ./.venv. A
 # Debian Python without the venv module gets python3-venv through apt-get
@@ -38,7 +40,7 @@ TEST_TARGETS += test-python
 DEMO_TARGETS += demo-python
 BENCH_TARGETS += bench-python
 
-.PHONY: python-venv python-install python-test-deps test-python demo-python bench-python
+.PHONY: python-venv python-install python-test-deps python-dev test-python demo-python bench-python
 
 python-venv: $(PY_TOOLS_STAMP)
 
@@ -87,8 +89,18 @@ test-python: python-install python-test-deps
 	cd tests/python && $(PY_ENV) $(PY) -m mypy.stubtest wspool._wspool
 	$(PY_ENV) $(PY) -m mypy --strict --no-incremental bindings/python/python/wspool bench/python/bench.py
 
-demo-python: python-install
-	$(PY_ENV) $(PY) bindings/python/examples/demo.py
+# The extension built by cargo (the features maturin uses) beside the
+# package's Python sources: importable without pip, maturin or a venv.
+PY_DEV := target/python-dev
+python-dev:
+	$(CARGO) build --release -p wspool-python --features extension-module
+	rm -rf $(PY_DEV)/wspool && mkdir -p $(PY_DEV)
+	cp -r bindings/python/python/wspool $(PY_DEV)/wspool
+	cp target/release/lib_wspool.so $(PY_DEV)/wspool/_wspool.abi3.so
+
+demo-python: python-dev
+	@echo; echo "== Python (bindings/python/examples/demo.py; docs/python.md)"
+	PYTHONPATH=$(PY_DEV) $(PYTHON) bindings/python/examples/demo.py
 
 bench-python: python-install
 	$(PY_ENV) $(PY) bench/python/bench.py

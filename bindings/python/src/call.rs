@@ -1,12 +1,12 @@
 //! `submit`: a Python call that fills a real `concurrent.futures.Future`
 //! (the subclass the Python side hands us), and the `Handle` stored on that
-//! future so `Future.result()` off the pool waits on the task itself.
+//! future so `Future.result()` waits on the task itself.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -24,6 +24,7 @@ pub(crate) fn submit_error(shared: &Shared, kind: SubmitErrorKind) -> PyErr {
             shared.queue_capacity
         )),
         SubmitErrorKind::Shutdown => shutdown_error(),
+        SubmitErrorKind::WrongPool => PyValueError::new_err("the group or serial queue belongs to another pool"),
     }
 }
 
@@ -177,7 +178,7 @@ pub(crate) fn shutdown_error() -> PyErr {
     PyRuntimeError::new_err("cannot schedule new futures after shutdown")
 }
 
-/// The task behind a `wspool.Future`, for `Future.result()` off the pool.
+/// The task behind a `wspool.Future`, for `Future.result()`.
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Handle {
     task: ForkLocal<TaskHandle<()>>,
@@ -186,20 +187,15 @@ pub(crate) struct Handle {
 #[pymethods]
 impl Handle {
     /// Waits until the task finished or was cancelled; False on timeout.
-    /// None on a pool thread, where the core's wait could run other tasks
-    /// on this thread: the caller then waits on the future's own condition,
-    /// as a `ThreadPoolExecutor` thread would.
+    /// On a pool thread it runs nothing else meanwhile (see `wait_released`).
     #[pyo3(signature = (timeout = None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<bool>> {
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         check_gen(self.task.gen_)?;
         if self.task.is_finished() {
-            return Ok(Some(true));
-        }
-        if wspool::current_index().is_some() {
-            return Ok(None);
+            return Ok(true);
         }
         let task: &TaskHandle<()> = &self.task;
-        wait_released(py, timeout, Some(&|| task.is_finished()), |t| task.wait_for(t)).map(Some)
+        wait_released(py, timeout, Some(&|| task.is_finished()), |t| task.wait_for(t))
     }
 
     /// Drops the task unrun if it has not started (its future is cancelled).

@@ -165,12 +165,6 @@ fn parse_reject(s: &str) -> PyResult<Reject> {
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Core {
     owner: Arc<Owner>,
-    /// A one-thread fixed pool with an unbounded queue submits through a
-    /// serial queue: the core's workers may start injected tasks out of
-    /// submission order (a stolen batch lands in a LIFO deque), and a
-    /// single-thread executor is the idiom for strictly ordered calls. (A
-    /// bounded queue keeps the pool's queue: its reject policies act there.)
-    fifo: Option<ForkLocal<wspool::SerialQueue>>,
 }
 
 impl Core {
@@ -246,9 +240,7 @@ impl Core {
             submit_may_block: matches!(reject, Reject::Block | Reject::BlockFor(_) | Reject::CallerRuns),
             queue_capacity,
         });
-        let gen_ = shared.gen_;
-        let fifo = (min_threads == 1 && growth == Growth::Fixed && queue_capacity == 0).then(|| ForkLocal::new(pool.serial(), gen_));
-        Ok(Core { owner: Arc::new(Owner { pool: ManuallyDrop::new(pool), shared }), fifo })
+        Ok(Core { owner: Arc::new(Owner { pool: ManuallyDrop::new(pool), shared }) })
     }
 
     /// Queues `fn(*args, **kwargs)`; returns its `concurrent.futures.Future`.
@@ -261,11 +253,7 @@ impl Core {
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let owner = self.live()?;
-        let target = match &self.fifo {
-            Some(q) => Target::Serial(q),
-            None => Target::Pool(&owner.pool),
-        };
-        submit_call(py, &owner.shared, target, fn_, args, kwargs)
+        submit_call(py, &owner.shared, Target::Pool(&owner.pool), fn_, args, kwargs)
     }
 
     /// `Executor.map`: calls `fn(*args)` for each tuple of `arg_tuples`, `chunksize` calls per task.
@@ -381,16 +369,7 @@ impl Group {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         check_gen(self.owner.shared.gen_)?;
         let group: &wspool::Group = &self.group;
-        let finished = || group.pending() == 0;
-        // On a pool thread the core's group wait helps (runs queued tasks
-        // here); polling keeps other Python calls off this thread.
-        let on_pool = wspool::current_index().is_some();
-        wait_released(
-            py,
-            timeout,
-            Some(&finished),
-            |t| if on_pool { poll_until(&finished, t) } else { group.wait_for(t) },
-        )
+        wait_released(py, timeout, Some(&|| group.pending() == 0), |t| group.wait_for(t))
     }
 
     /// Tasks of the group not finished yet.

@@ -40,8 +40,9 @@ pub(crate) fn remaining(deadline: Option<Instant>) -> Option<Duration> {
 /// finished or the deadline passes. The wait runs in slices with a signal
 /// check between them, so Ctrl-C interrupts it; off the pool a short spin
 /// on `probe` comes first. On a pool thread (of any wspool pool) the wait is
-/// a blocking region: a pool allowed to grow lends a thread meanwhile. `done`
-/// must never run tasks on the calling thread (see the crate docs).
+/// a blocking region: a pool allowed to grow lends a thread meanwhile, and
+/// the core's waits inside it run no other task on this thread (nor do its
+/// timed waits: every wait here is a timed slice).
 pub(crate) fn wait_released<F>(
     py: Python<'_>,
     timeout: Option<f64>,
@@ -103,7 +104,7 @@ static SPIN_TRIES: AtomicU32 = AtomicU32::new(0);
 
 fn spin_worthwhile() -> bool {
     (!SPIN_RING.load(Ordering::Relaxed) & 0xffff).count_ones() <= 4
-        || SPIN_TRIES.fetch_add(1, Ordering::Relaxed) % 32 == 0
+        || SPIN_TRIES.fetch_add(1, Ordering::Relaxed).is_multiple_of(32)
 }
 
 fn record_spin(hit: bool) {
@@ -186,8 +187,7 @@ fn spin_for(probe: &(dyn Fn() -> bool + Sync), limit: Duration) -> bool {
 }
 
 /// Waits for `probe()` by sleeping in growing steps (50 µs to 2 ms), for
-/// at most `limit`: a wait that can never run a task on this thread, for
-/// where the core's own wait would help.
+/// at most `limit`: for conditions the core has no wait for (pool stats).
 pub(crate) fn poll_until(probe: &(dyn Fn() -> bool + Sync), limit: Option<Duration>) -> bool {
     let deadline = limit.map(|l| Instant::now() + l);
     let mut step = Duration::from_micros(50);

@@ -68,39 +68,30 @@ _REJECT = ("abort", "caller_runs", "block", "discard_oldest")
 class Future(_BaseFuture[_T]):
     """A ``concurrent.futures.Future`` that knows its wspool task.
 
-    Off the pool, ``result()`` and ``exception()`` wait on the task itself
-    with the GIL released (a short spin, then a park). On a pool thread they
-    wait like a ``ThreadPoolExecutor`` thread does, on the future's own
-    condition, inside a ``wspool.blocking()`` region: no other call ever runs
-    on a thread whose call is waiting. ``cancel()`` also drops the task from
-    the pool's queue.
+    ``result()`` and ``exception()`` wait on the task itself with the GIL
+    released: off the pool a short spin, then a park; on a pool thread a
+    ``wspool.blocking()`` region in which no other call runs on this thread
+    (a waiting call never sees another call's thread-locals or context).
+    ``cancel()`` also drops the task from the pool's queue.
     """
 
     _ws_handle: _wspool.Handle | None = None
 
-    def result(self, timeout: float | None = None) -> _T:
+    def _ws_wait(self, timeout: float | None) -> float | None:
         h = self._ws_handle
         if h is not None and self._state in _UNFINISHED:
-            done = h.wait(timeout)
-            if done is None:  # on a pool thread
-                with blocking():
-                    return super().result(timeout)
-            if not done:
-                timeout = 0.0  # the whole timeout is spent
+            if not h.wait(timeout):
+                return 0.0  # the whole timeout is spent
+        return timeout
+
+    def result(self, timeout: float | None = None) -> _T:
+        timeout = self._ws_wait(timeout)
         if self._state == "FINISHED" and self._exception is None:
             return self._result  # type: ignore[return-value]
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        h = self._ws_handle
-        if h is not None and self._state in _UNFINISHED:
-            done = h.wait(timeout)
-            if done is None:
-                with blocking():
-                    return super().exception(timeout)
-            if not done:
-                timeout = 0.0
-        return super().exception(timeout)
+        return super().exception(self._ws_wait(timeout))
 
     def cancel(self) -> bool:
         if not super().cancel():
