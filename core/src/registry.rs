@@ -76,6 +76,10 @@ pub(crate) struct Registry {
     /// still run). Admission counts them as about to take a task, although
     /// the sleep state does not count them as searching yet.
     pub(crate) starting: AtomicUsize,
+    /// Workers in a debounce spin: idle, but neither searching nor parked
+    /// (see `sleep/README.md`, rule 5). Kept apart from the sleep state so
+    /// submitters never read this line.
+    pub(crate) spinning: AtomicUsize,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -122,6 +126,7 @@ impl Registry {
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),
             starting: AtomicUsize::new(0),
+            spinning: AtomicUsize::new(0),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),
@@ -236,10 +241,16 @@ impl Registry {
         self.queued.load(SeqCst).saturating_sub(self.idle_or_starting()) < self.config.queue_capacity
     }
 
-    /// Threads about to take a task: searching, parked idle, or starting.
+    /// Threads about to take a task: searching, spinning, parked idle, or
+    /// starting.
     fn idle_or_starting(&self) -> usize {
+        self.idle_threads() + self.starting.load(SeqCst)
+    }
+
+    /// Threads with nothing to do: searching, spinning or parked idle.
+    fn idle_threads(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
-        searching + sleeping + self.starting.load(SeqCst)
+        searching + sleeping + self.spinning.load(SeqCst)
     }
 
     /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
@@ -472,10 +483,9 @@ impl Registry {
             .map(|s| s.counters.spin_threshold_ns.load(Relaxed))
             .max()
             .unwrap_or(0);
-        let (searching, sleeping) = self.sleep.counts();
         let threads = self.live_threads();
         st.threads = threads as u32;
-        st.idle_threads = (searching + sleeping).min(threads) as u32;
+        st.idle_threads = self.idle_threads().min(threads) as u32;
         st.blocked_threads = (self.compensation.blocked() + self.compensation.waiting()) as u32;
         st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
         st.rejected = self.counters.rejected.sum();

@@ -21,7 +21,7 @@ use crate::sync::lock;
 pub struct Stats {
     /// Live worker threads.
     pub threads: u32,
-    /// Threads with nothing to do (parked or searching).
+    /// Threads with nothing to do (parked, searching or spinning).
     pub idle_threads: u32,
     /// Threads inside a blocking region (or parked in a wait with nothing to help).
     pub blocked_threads: u32,

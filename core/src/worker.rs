@@ -264,6 +264,14 @@ impl WorkerThread {
     /// Spins (scanning the own deque and the injector, and other deques if
     /// `searching`) for at most `budget`.
     fn spin(&self, budget: Duration, searching: bool) -> Option<JobRef> {
+        // Counted apart from the sleep state, for stats and admission only.
+        self.registry.spinning.fetch_add(1, SeqCst);
+        let found = self.spin_for(budget, searching);
+        self.registry.spinning.fetch_sub(1, SeqCst);
+        found
+    }
+
+    fn spin_for(&self, budget: Duration, searching: bool) -> Option<JobRef> {
         let start = Instant::now();
         loop {
             for _ in 0..4 {
