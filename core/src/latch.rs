@@ -242,7 +242,11 @@ impl Awaitable for OwnerLatch {
             }
             return true;
         }
-        // A worker past the help-depth cap: poll with backoff.
+        // A latch owned by a pool worker is waited for by that worker, in
+        // `WorkerThread::wait_until` (which parks in the pool's sleep system
+        // and never calls this). Only a misuse could get here: poll with
+        // backoff rather than block forever.
+        debug_assert!(false, "a worker-owned latch is waited for by its worker");
         let mut pause = std::time::Duration::from_micros(1);
         while !self.probe() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
