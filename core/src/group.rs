@@ -21,7 +21,7 @@ use crate::latch::{Awaitable, Signal};
 use crate::registry::Registry;
 use crate::sync::lock;
 use crate::task::TaskHandle;
-use crate::worker::wait_on;
+use crate::wait::wait_on;
 
 /// One handle in `GroupInner::refs`; the low bits count pending tasks.
 const HANDLE: u64 = 1 << 40;

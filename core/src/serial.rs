@@ -2,7 +2,11 @@
 //!
 //! Tasks wait in the queue's own list, not in the pool: only the queue's
 //! current turn is a pool job, so a waiting serial task never occupies a
-//! worker, and the pool interleaves many queues fairly (one task per turn).
+//! worker. Every turn goes through the global queue, so turns of different
+//! queues interleave in FIFO order (one task per turn), and no helping
+//! waiter ever runs a turn nested inside its wait: a serial task that waits
+//! can therefore never end up waiting, on its own stack, for its queue's
+//! next task.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -39,12 +43,12 @@ impl SerialInner {
     /// The pool job for one turn: a pointer to the queue. Run, it runs the
     /// next task; dropped unrun (`Shutdown::Cancel`), it cancels every
     /// queued task, each counted once, and is not a task itself.
-    const TURN: JobVTable = JobVTable { run: Self::run_turn_job, cancel: Self::cancel_turn_job };
+    const TURN: JobVTable = JobVTable { run: Self::run_turn_job, cancel: Self::cancel_turn_job, evictable: false };
 
     fn schedule(self: &Arc<Self>) {
         let data = NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
         // SAFETY: an Arc reference handed to the job, read back by TURN.
-        self.registry.push_internal(unsafe { JobRef::from_pointer(data, &Self::TURN) });
+        self.registry.push_turn(unsafe { JobRef::from_pointer(data, &Self::TURN) });
     }
 
     unsafe fn turn_of(payload: *mut Payload) -> Arc<Self> {
@@ -130,9 +134,12 @@ impl SerialQueue {
 
     /// `spawn`, counting the task toward `group` too.
     pub(crate) fn spawn_in<F: FnOnce() + Send + 'static>(&self, group: Option<&Group>, f: F) -> Result<(), SpawnError<F>> {
-        if let Err(kind) = self.inner.registry.check_open() {
-            return Err(SpawnError::new(kind, f));
-        }
+        let registry = &self.inner.registry;
+        // Held until the turn is queued: see `Registry::open_submission`.
+        let _open = match registry.open_submission(registry.current_worker()) {
+            Ok(open) => open,
+            Err(kind) => return Err(SpawnError::new(kind, f)),
+        };
         let job = match group {
             Some(group) => HeapJob::into_job_ref(group.bind(f)),
             None => HeapJob::into_job_ref(f),
@@ -157,9 +164,11 @@ impl SerialQueue {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        if let Err(kind) = self.inner.registry.check_open() {
-            return Err(SpawnError::new(kind, f));
-        }
+        let registry = &self.inner.registry;
+        let _open = match registry.open_submission(registry.current_worker()) {
+            Ok(open) => open,
+            Err(kind) => return Err(SpawnError::new(kind, f)),
+        };
         let (handle, job) = match group {
             Some(group) => TaskHandle::new_detached(&self.inner.registry, group.bind_handled(f)),
             None => TaskHandle::new_detached(&self.inner.registry, f),

@@ -64,6 +64,7 @@ impl Registry {
         };
         self.high_water.fetch_max(index + 1, SeqCst);
         self.running_threads.fetch_add(1, SeqCst);
+        self.starting.fetch_add(1, SeqCst);
         let registry = self.clone();
         let mut builder = std::thread::Builder::new().name(format!("{}-{}", self.config.name, index));
         if let Some(size) = self.config.stack_size {
@@ -100,6 +101,7 @@ impl Registry {
                 }
                 slot.occupied.store(false, SeqCst);
                 self.threads.fetch_sub(1, SeqCst);
+                self.starting.fetch_sub(1, SeqCst);
                 if self.running_threads.fetch_sub(1, SeqCst) == 1 {
                     self.exited.notify();
                 }
@@ -158,23 +160,53 @@ impl Registry {
         BlockedGuard { registry: self.clone() }
     }
 
+    /// The calling pool thread parks inside a wait with nothing it may run
+    /// (see `wait.rs`): counted as waiting until the guard drops.
+    pub(crate) fn enter_waiting(self: &Arc<Self>) -> WaitingGuard<'_> {
+        self.compensation.enter_wait(
+            || self.has_visible_work(),
+            || self.sleep.notify_one(),
+            || self.compensate_blocked(),
+        );
+        WaitingGuard { registry: self }
+    }
+
     /// Lends threads so that at least `min_threads` stay runnable while
-    /// others block: one replacement per blocked thread, started at once.
-    /// A burst of blocking tasks therefore grows the pool as fast as threads
-    /// can start (each new thread that blocks lends the next), and CPU-bound
-    /// work queued behind a few blocked threads gets exactly the capacity it
-    /// lost, not more.
+    /// others block in declared regions: one replacement per blocked thread,
+    /// started at once. A burst of blocking tasks therefore grows the pool
+    /// as fast as threads can start (each new thread that blocks lends the
+    /// next), and CPU-bound work queued behind a few blocked threads gets
+    /// exactly the capacity it lost, not more. Threads parked in waits are
+    /// compensated only when no thread at all is left to run queued work:
+    /// a waiter usually waits for work another thread is running, and a
+    /// thread lent for it would just compete with that one. A draining pool
+    /// still lends (its queued work must finish); a cancelling one does not.
     #[cold]
     pub(crate) fn compensate_blocked(self: &Arc<Self>) {
-        if self.config.growth == Growth::Fixed || self.state() != RUNNING {
+        if self.config.growth == Growth::Fixed || self.state() == CANCELLING {
             return;
         }
-        let runnable = self.threads.load(SeqCst).saturating_sub(self.compensation.blocked());
-        for _ in 0..self.config.min_threads.saturating_sub(runnable).min(2) {
+        let threads = self.threads.load(SeqCst);
+        let blocked = self.compensation.blocked();
+        let stuck = blocked + self.compensation.waiting();
+        let short_for_blocked = self.config.min_threads.saturating_sub(threads.saturating_sub(blocked));
+        let short_for_waiters = usize::from(stuck >= threads);
+        for _ in 0..short_for_blocked.max(short_for_waiters).min(2) {
             if !self.spawn_worker(false) {
                 break;
             }
         }
+    }
+}
+
+/// Ends a waiting period when dropped.
+pub(crate) struct WaitingGuard<'a> {
+    registry: &'a Registry,
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.registry.compensation.leave_wait();
     }
 }
 
@@ -204,9 +236,23 @@ pub fn blocking_begin() {
     let depth = worker.blocking_depth.get();
     worker.blocking_depth.set(depth + 1);
     if depth == 0 {
+        // Work queued on this thread's deque must not wait behind the
+        // blocking call: hand it to the others first.
+        worker.offload_local_work();
         let guard = worker.registry.enter_blocked();
         BLOCKING.with(|b| b.borrow_mut().push(guard));
     }
+}
+
+/// A task returned with `depth` regions still open: closes them, and counts
+/// it (`Stats::unbalanced_blocking`), so the thread does not stay counted
+/// as blocked for the rest of its life.
+pub(crate) fn close_unbalanced_blocking(worker: &WorkerThread, depth: u32) {
+    worker.blocking_depth.set(depth);
+    if depth == 0 {
+        BLOCKING.with(|b| drop(b.borrow_mut().pop()));
+    }
+    worker.registry.counters.unbalanced_blocking.fetch_add(1, Relaxed);
 }
 
 /// Ends a blocking region. An unbalanced call is ignored.
