@@ -105,7 +105,7 @@ test-c-header: c-header-check
 
 # $(call c_test_build,SUFFIX,FLAGS): every C test program as $(C_TEST_BIN)/NAME$(SUFFIX).
 c_test_build = for t in $(C_TESTS); do \
-	  $(C_CC) $(C_CFLAGS) -O1 $(2) -Itests/c tests/c/$$t.c -o $(C_TEST_BIN)/$$t$(1) $(C_LINK) || exit 1; done
+	  $(C_CC) $(C_CFLAGS) -O1 $(2) -Itests/c tests/c/$$t.c -o $(C_TEST_BIN)/$${t}$(1) $(C_LINK) || exit 1; done
 
 c-test-bins: c-build
 	@mkdir -p $(C_TEST_BIN)
