@@ -1,8 +1,8 @@
 /* A tiny test harness shared by the C test programs (test_wspool.c,
- * test_lifecycle.c): CHECK macros usable from any thread, a gate to hold
- * workers, polling helpers, accounted task slots, a hang guard. Each program
- * is one translation unit, so everything here is static inline. Prints
- * "N passed, M failed". */
+ * test_lifecycle.c, test_shutdown.c): CHECK macros usable from any thread, a
+ * gate to hold workers, polling helpers, accounted task slots, a hang guard.
+ * Each program is one translation unit, so everything here is static inline.
+ * Prints "N passed, M failed". */
 #ifndef WSPOOL_TEST_HARNESS_H
 #define WSPOOL_TEST_HARNESS_H
 
@@ -19,6 +19,10 @@
 #include <unistd.h>
 
 #include "libwspool.h"
+
+/* Longest a call that should return at once may take before it counts as a
+ * hang (generous: valgrind serialises every thread). */
+#define HANG_MS 30000
 
 /* A wait that must succeed uses this bound: a hang becomes a failure, never a
  * stuck CI job. It is not a timing assertion (nothing checks how long it took). */
