@@ -4,11 +4,14 @@
 #                        and installs ./bindings/python into it (maturin as the PEP 517
 #                        backend, release build in the shared target/ directory)
 #   make test-python     the pytest suite (tests/python), mypy.stubtest on the
-#                        extension's .pyi, and mypy --strict on the package
+#                        extension's .pyi, and mypy --strict on the package. It also
+#                        installs (pinned) the real clients the suite runs: coverage,
+#                        dask and uvloop; and CPython's test_concurrent_futures when the
+#                        interpreter lacks it (Debian's libpython3.X-testsuite, apt-get)
 #   make demo-python     a short tour: submit, map, nested waits, blocking(), stats;
 #                        runs from target/python-dev (cargo build + the package's
 #                        sources), so a first `make demo` installs no tools
-#   make bench-python    P1-P3 against ThreadPoolExecutor, a markdown table
+#   make bench-python    P1-P4 (P4: asyncio round trips) against ThreadPoolExecutor
 #
 # Everything runs from the venv; nothing is installed outside ./.venv. A
 # Debian Python without the venv module gets python3-venv through apt-get
@@ -24,6 +27,12 @@ PY_MYPY_VERSION := 2.4.1
 PY_TOOLS := maturin==$(PY_MATURIN_VERSION) pytest==$(PY_PYTEST_VERSION) \
 	pytest-timeout==$(PY_PYTEST_TIMEOUT_VERSION) mypy==$(PY_MYPY_VERSION)
 PY_TOOLS_STAMP := $(PY_VENV)/.wspool-python-tools-$(PY_MATURIN_VERSION)-$(PY_PYTEST_VERSION)-$(PY_PYTEST_TIMEOUT_VERSION)-$(PY_MYPY_VERSION)
+# Real ThreadPoolExecutor clients the suite runs wspool under (issue 12),
+# with every dependency pinned.
+PY_CLIENTS := coverage==7.17.3 dask==2026.8.0 uvloop==0.23.0 click==8.5.1 cloudpickle==3.1.2 \
+	fsspec==2026.9.0 importlib_metadata==10.2.0 partd==1.4.2 PyYAML==6.0.3 toolz==1.2.0 \
+	lazy-importer==0.1.0 zipp==4.1.2 locket==1.0.0
+PY_CLIENTS_STAMP := $(PY_VENV)/.wspool-python-clients-$(shell echo '$(PY_CLIENTS)' | cksum | cut -d' ' -f1)
 # maturin is found on PATH by its PEP 517 hooks.
 PY_ENV := PATH="$(PY_BIN):$$PATH" CARGO_TARGET_DIR="$(abspath target)"
 
@@ -31,7 +40,7 @@ TEST_TARGETS += test-python
 DEMO_TARGETS += demo-python
 BENCH_TARGETS += bench-python
 
-.PHONY: python-venv python-install python-dev test-python demo-python bench-python
+.PHONY: python-venv python-install python-test-deps python-dev test-python demo-python bench-python
 
 python-venv: $(PY_TOOLS_STAMP)
 
@@ -56,7 +65,26 @@ python-install: $(PY_TOOLS_STAMP)
 	$(PY_ENV) $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation \
 	  --force-reinstall --no-deps ./bindings/python
 
-test-python: python-install
+$(PY_CLIENTS_STAMP): $(PY_TOOLS_STAMP)
+	@echo "test-python: installing pinned test clients into $(PY_VENV): $(PY_CLIENTS)"
+	$(PY) -m pip install -q --disable-pip-version-check $(PY_CLIENTS)
+	@touch $@
+
+# CPython's own executor tests (tests/python/test_cpython_suite.py). Builds
+# such as pyenv's ship them; Debian splits them into libpython3.X-testsuite.
+python-test-deps: $(PY_CLIENTS_STAMP)
+	@ver=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	if ! $(PY) -c 'import test.test_concurrent_futures' 2>/dev/null \
+	   && ! [ -f /usr/lib/python$$ver/test/test_concurrent_futures.py ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "test-python: installing libpython$$ver-testsuite with apt-get (CPython's test_concurrent_futures)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpython$$ver-testsuite; \
+	  else \
+	    echo "test-python: CPython's test_concurrent_futures is missing; install libpython$$ver-testsuite" >&2; exit 1; \
+	  fi; \
+	fi
+
+test-python: python-install python-test-deps
 	$(PY_ENV) $(PY) -m pytest -p no:cacheprovider tests/python
 	cd tests/python && $(PY_ENV) $(PY) -m mypy.stubtest wspool._wspool
 	$(PY_ENV) $(PY) -m mypy --strict --no-incremental bindings/python/python/wspool bench/python/bench.py

@@ -6,7 +6,11 @@
 P1  map() over 200,000 trivial calls: calls per second (target: >= 5x TPE).
 P2  submit().result() ping-pong: median round trip (target: <= 0.5x TPE).
 P3  200 x time.sleep(0.01) tasks on 4 workers: wall time, plain and with
-    wspool.blocking() around the sleep (target with blocking(): <= 0.1x TPE).
+    wspool.blocking() around the sleep on a pool that opted in to growth
+    (growth="adaptive"; target with blocking(): <= 0.1x TPE).
+P4  asyncio round trips (issue 12): 20,000 run_in_executor calls gathered at
+    once (wall time), and serial `await loop.run_in_executor(...)` (mean per
+    await); target for both: no slower than TPE (<= 1.0x).
 
 Each figure is the median of several repetitions; both executors run the
 same code in the same process, one after the other.
@@ -15,6 +19,7 @@ same code in the same process, one after the other.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import platform
 import statistics
@@ -65,6 +70,35 @@ def p3_sleep(ex: Executor, fn: Callable[[], None], n: int = 200) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
+def p4_gathered(ex: Executor, n: int) -> float:
+    """Wall time (ms) of n run_in_executor calls gathered at once."""
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        out = await asyncio.gather(*(loop.run_in_executor(ex, noop, i) for i in range(n)))
+        dt = time.perf_counter() - t0
+        assert len(out) == n
+        return dt * 1000.0
+
+    return asyncio.run(run())
+
+
+def p4_serial(ex: Executor, n: int) -> float:
+    """Mean time (us) of one `await loop.run_in_executor(...)`, n in a row."""
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        for i in range(500):  # warm up
+            await loop.run_in_executor(ex, noop, i)
+        t0 = time.perf_counter()
+        for i in range(n):
+            await loop.run_in_executor(ex, noop, i)
+        return (time.perf_counter() - t0) / n * 1e6
+
+    return asyncio.run(run())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -109,7 +143,7 @@ def main() -> int:
             # run would otherwise still be there.
             with wspool.Pool(max_workers=4) as pool:
                 ws_sleep_runs.append(p3_sleep(pool, sleep_task))
-            with wspool.Pool(max_workers=4) as pool:
+            with wspool.Pool(max_workers=4, growth="adaptive") as pool:
                 ws_block_runs.append(p3_sleep(pool, sleep_task_blocking))
                 st = pool.stats()
     tpe_sleep = statistics.median(tpe_sleep_runs)
@@ -118,6 +152,21 @@ def main() -> int:
                  f"{tpe_sleep:.0f}", f"{ws_sleep:.0f}", f"{ws_sleep / tpe_sleep:.2f}x", "report", None))
     rows.append(("P3 same, sleep inside wspool.blocking() (ms)",
                  f"{tpe_sleep:.0f}", f"{ws_block:.0f}", f"{ws_block / tpe_sleep:.2f}x", "<= 0.1x", ws_block <= 0.1 * tpe_sleep))
+
+    n_gather = 20_000
+    n_serial = 2_000 if args.quick else 5_000
+    runs: dict[str, list[float]] = {k: [] for k in ("tg", "wg", "ts", "ws")}
+    with ThreadPoolExecutor() as tpe, wspool.Pool() as pool:
+        for _ in range(reps):
+            runs["tg"].append(p4_gathered(tpe, n_gather))
+            runs["wg"].append(p4_gathered(pool, n_gather))
+            runs["ts"].append(p4_serial(tpe, n_serial))
+            runs["ws"].append(p4_serial(pool, n_serial))
+    tg, wg, ts, ws = (statistics.median(runs[k]) for k in ("tg", "wg", "ts", "ws"))
+    rows.append(("P4 asyncio: 20k gathered run_in_executor (ms, lower is better)",
+                 f"{tg:.0f}", f"{wg:.0f}", f"{wg / tg:.2f}x", "<= 1.0x", wg <= tg))
+    rows.append(("P4 asyncio: serial await run_in_executor (us, lower is better)",
+                 f"{ts:.1f}", f"{ws:.1f}", f"{ws / ts:.2f}x", "<= 1.0x", ws <= ts))
 
     print(f"\nPython benchmarks: wspool {wspool.__version__} vs ThreadPoolExecutor, "
           f"Python {platform.python_version()}, {os.cpu_count()} CPUs, median of {reps} runs\n")

@@ -31,14 +31,26 @@ pub(crate) const CANCELLING: u8 = 2;
 
 /// One worker position. See the module comment.
 pub(crate) struct Slot {
+    /// Thieves' half of the worker's LIFO deque (work its tasks spawned).
     pub(crate) stealer: Stealer<JobRef>,
-    /// The owner half, parked here while no thread occupies the slot.
-    pub(crate) deque: Mutex<Option<Worker<JobRef>>>,
+    /// Thieves' half of the worker's FIFO inbox: global work it took in a
+    /// batch and has not started. Other workers take from it before the
+    /// injector (it is older), so global work starts in submission order
+    /// even when the worker that took it blocks.
+    pub(crate) inbox: Stealer<JobRef>,
+    /// The owner halves, parked here while no thread occupies the slot.
+    pub(crate) queues: Mutex<Option<LocalQueues>>,
     /// A thread holds this slot (set before its thread starts, cleared
     /// after it stops touching the slot).
     pub(crate) occupied: AtomicBool,
     pub(crate) counters: CachePadded<WorkerCounters>,
     pub(crate) join: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A worker's own queues, which travel to its thread and back to its slot.
+pub(crate) struct LocalQueues {
+    pub(crate) deque: Worker<JobRef>,
+    pub(crate) inbox: Worker<JobRef>,
 }
 
 /// How a submission is to be carried out, once admitted.
@@ -64,6 +76,10 @@ pub(crate) struct Registry {
     /// still run). Admission counts them as about to take a task, although
     /// the sleep state does not count them as searching yet.
     pub(crate) starting: AtomicUsize,
+    /// Workers in a debounce spin: idle, but neither searching nor parked
+    /// (see `sleep/README.md`, rule 5). Kept apart from the sleep state so
+    /// submitters never read this line.
+    pub(crate) spinning: AtomicUsize,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -88,10 +104,12 @@ impl Registry {
         let max = config.max_threads;
         let slots = (0..max)
             .map(|_| {
-                let w = Worker::new_lifo();
+                let deque = Worker::new_lifo();
+                let inbox = Worker::new_fifo();
                 Slot {
-                    stealer: w.stealer(),
-                    deque: Mutex::new(Some(w)),
+                    stealer: deque.stealer(),
+                    inbox: inbox.stealer(),
+                    queues: Mutex::new(Some(LocalQueues { deque, inbox })),
                     occupied: AtomicBool::new(false),
                     counters: CachePadded::new(WorkerCounters::default()),
                     join: Mutex::new(None),
@@ -108,6 +126,7 @@ impl Registry {
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),
             starting: AtomicUsize::new(0),
+            spinning: AtomicUsize::new(0),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),
@@ -222,10 +241,16 @@ impl Registry {
         self.queued.load(SeqCst).saturating_sub(self.idle_or_starting()) < self.config.queue_capacity
     }
 
-    /// Threads about to take a task: searching, parked idle, or starting.
+    /// Threads about to take a task: searching, spinning, parked idle, or
+    /// starting.
     fn idle_or_starting(&self) -> usize {
+        self.idle_threads() + self.starting.load(SeqCst)
+    }
+
+    /// Threads with nothing to do: searching, spinning or parked idle.
+    fn idle_threads(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
-        searching + sleeping + self.starting.load(SeqCst)
+        searching + sleeping + self.spinning.load(SeqCst)
     }
 
     /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
@@ -424,7 +449,7 @@ impl Registry {
             return true;
         }
         let n = self.high_water.load(Acquire);
-        self.slots[..n].iter().any(|s| !s.stealer.is_empty())
+        self.slots[..n].iter().any(|s| !s.stealer.is_empty() || !s.inbox.is_empty())
     }
 
     /// A draining pool is done: no foreign submission is on its way (read
@@ -438,7 +463,7 @@ impl Registry {
             return self.queued.load(SeqCst);
         }
         let n = self.high_water.load(Acquire);
-        self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len()).sum::<usize>()
+        self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len() + s.inbox.len()).sum::<usize>()
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -458,10 +483,9 @@ impl Registry {
             .map(|s| s.counters.spin_threshold_ns.load(Relaxed))
             .max()
             .unwrap_or(0);
-        let (searching, sleeping) = self.sleep.counts();
         let threads = self.live_threads();
         st.threads = threads as u32;
-        st.idle_threads = (searching + sleeping).min(threads) as u32;
+        st.idle_threads = self.idle_threads().min(threads) as u32;
         st.blocked_threads = (self.compensation.blocked() + self.compensation.waiting()) as u32;
         st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
         st.rejected = self.counters.rejected.sum();

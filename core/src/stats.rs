@@ -21,7 +21,7 @@ use crate::sync::lock;
 pub struct Stats {
     /// Live worker threads.
     pub threads: u32,
-    /// Threads with nothing to do (parked or searching).
+    /// Threads with nothing to do (parked, searching or spinning).
     pub idle_threads: u32,
     /// Threads inside a blocking region (or parked in a wait with nothing to help).
     pub blocked_threads: u32,
@@ -90,6 +90,10 @@ pub(crate) struct WorkerCounters {
     /// The isolation region of the worker's current top-level task, so a
     /// waiter of that region knows this worker's deque holds its work.
     pub(crate) region: AtomicU64,
+    /// The worker is inside a blocking region or parked in a wait: other
+    /// workers take its inbox (global work it has not started) before new
+    /// global work, so that work neither waits behind it nor loses its order.
+    pub(crate) stalled: std::sync::atomic::AtomicBool,
 }
 
 /// Single-writer increment: no locked instruction.

@@ -32,6 +32,8 @@ use crate::worker::WorkerThread;
 /// Help-while-waiting frames allowed on one stack before a wait just parks,
 /// whatever stack is left (a secondary bound).
 pub(crate) const MAX_HELP_DEPTH: u32 = 256;
+/// How long a waiter with nothing to run spins before it parks.
+const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 /// Stack size assumed where the real bounds cannot be read: std's default
 /// for spawned threads.
 const ASSUMED_STACK: usize = 2 << 20;
@@ -53,6 +55,7 @@ impl WorkerThread {
         let outer_busy = busy.swap(0, std::sync::atomic::Ordering::Relaxed);
         let _restore_busy = RestoreBusy(busy, outer_busy);
         let registry = &self.registry;
+        let mut spin_until = Instant::now() + WAIT_SPIN;
         loop {
             if latch.probe() {
                 return true;
@@ -61,6 +64,18 @@ impl WorkerThread {
                 && let Some(job) = self.find_region_task(region)
             {
                 self.execute(job);
+                spin_until = Instant::now() + WAIT_SPIN;
+                continue;
+            }
+            // What a waiter waits for is often a last job finishing on
+            // another thread within microseconds: spin that long before
+            // paying for a park and a futex wake-up.
+            if Instant::now() < deadline.map_or(spin_until, |d| d.min(spin_until)) {
+                // Between clock reads (a clock read costs about as much as
+                // a look at the queues), pause a little.
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let timeout = match deadline {
@@ -71,6 +86,7 @@ impl WorkerThread {
                 },
             };
             latch.register_sleeper(&self.registry, self.index);
+            let outer_stalled = self.counters().stalled.swap(true, std::sync::atomic::Ordering::Relaxed);
             {
                 // Inside a blocking region the thread is counted already.
                 let _waiting = (self.blocking_depth.get() == 0).then(|| registry.enter_waiting());
@@ -78,6 +94,7 @@ impl WorkerThread {
                     latch.probe() || (region != NO_REGION && self.region_work_visible(region))
                 });
             }
+            self.set_stalled(outer_stalled);
             latch.unregister_sleeper(self.index);
         }
     }

@@ -6,8 +6,11 @@
 //!    local work can never starve global submissions (seed 000's lesson
 //!    turned around: neither queue may outrank the other forever);
 //! 2. the worker's own deque (LIFO: hot in cache);
-//! 3. the injector, one job at a time (global work starts in submission
-//!    order, and nothing taken from it waits in a deque behind a task);
+//! 3. global work, oldest first: the worker's own FIFO inbox, then other
+//!    workers' inboxes (global work they took in a batch and have not
+//!    started, so it is older than anything in the injector), then a batch
+//!    from the injector into the inbox. Global work therefore starts in
+//!    submission order, and a worker that blocks holds none of it hostage;
 //! 4. only a worker admitted as a *searcher* (at most half the pool, see
 //!    `sleep/README.md`) steals a batch from another worker, starting at a
 //!    random victim, retrying while any victim answered `Steal::Retry`.
@@ -27,18 +30,15 @@ use std::time::{Duration, Instant};
 use crossbeam_deque::{Steal, Worker};
 
 use crate::job::{JobRef, Tag};
-use crate::registry::{CANCELLING, DRAINING, Registry, drop_payload};
+use crate::registry::{CANCELLING, DRAINING, LocalQueues, Registry, drop_payload};
 use crate::sleep::{Debounce, Wake};
 use crate::stats::{WorkerCounters, bump};
 
 /// A worker polls the injector first once every this many tasks.
 const FAIRNESS_INTERVAL: u32 = 61;
-/// The most jobs one visit to the injector takes. One: global work then
-/// starts in exactly its submission order (a batch in the own deque would
-/// be overtaken by the fairness poll's newer pick) and a worker that blocks
-/// holds none of it hostage. Measured on the flood benchmark, batching
-/// bought nothing measurable over single steals on this 2-core machine.
-const GLOBAL_BATCH: usize = 1;
+/// The most jobs one visit to the injector moves into the inbox (one CAS
+/// per batch: per job halves a flood's throughput).
+const MAX_GLOBAL_BATCH: usize = 32;
 
 thread_local! {
     static CURRENT: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
@@ -58,6 +58,8 @@ pub(crate) struct WorkerThread {
     pub(crate) registry: Arc<Registry>,
     pub(crate) index: usize,
     pub(crate) deque: Worker<JobRef>,
+    /// FIFO: global work taken in a batch (see the module comment).
+    inbox: Worker<JobRef>,
     /// Injected by the starvation monitor: steal before taking global work.
     steal_first: bool,
     rng: Cell<u64>,
@@ -122,12 +124,14 @@ impl WorkerThread {
     }
 
     /// Thread entry point.
-    pub(crate) fn run(registry: Arc<Registry>, index: usize, deque: Worker<JobRef>, steal_first: bool) {
+    pub(crate) fn run(registry: Arc<Registry>, index: usize, queues: LocalQueues, steal_first: bool) {
+        let LocalQueues { deque, inbox } = queues;
         let worker = WorkerThread {
             stack_low: crate::wait::stack_low_bound(registry.config.stack_size),
             registry,
             index,
             deque,
+            inbox,
             steal_first,
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
             tick: Cell::new(0),
@@ -153,8 +157,8 @@ impl WorkerThread {
             drop_payload(p);
         }
         CURRENT.with(|c| c.set(ptr::null()));
-        let WorkerThread { registry, deque, .. } = worker;
-        registry.release_slot(index, deque);
+        let WorkerThread { registry, deque, inbox, .. } = worker;
+        registry.release_slot(index, LocalQueues { deque, inbox });
         std::mem::forget(guard);
     }
 
@@ -192,18 +196,25 @@ impl WorkerThread {
                 searching = true;
                 continue;
             }
-            // Spinning is searching: a worker the search cap turned away
-            // parks at once.
-            if searching && let Some(budget) = debounce.spin_budget(Instant::now()) {
-                if let Some(job) = self.spin(budget) {
+            // A debounce spin (bounded by its own budget, and only after a
+            // quick wake-up) is not counted as searching: counting would be
+            // two read-modify-writes on the sleep state per task taken, the
+            // very line every submitter reads. It needs no count either: a
+            // spinner is not parked, so a submitter that sees nobody
+            // searching finds nobody to wake and pays no system call. Only
+            // an admitted searcher steals while it spins.
+            if let Some(budget) = debounce.spin_budget(Instant::now()) {
+                if let Some(job) = self.spin(budget, searching) {
                     debounce.record(true);
                     // A hit is a wake-up without the system call: judge the
                     // next idle moment from here.
                     debounce.woken(Instant::now());
                     bump(&self.counters().spin_hits);
                     self.publish_threshold(&debounce);
-                    searching = false;
-                    self.stop_searching();
+                    if searching {
+                        searching = false;
+                        self.stop_searching();
+                    }
                     self.execute(job);
                     continue;
                 }
@@ -250,15 +261,23 @@ impl WorkerThread {
         }
     }
 
-    /// Spins (scanning the queues, stealing as the searcher it is) for at
-    /// most `budget`.
-    fn spin(&self, budget: Duration) -> Option<JobRef> {
+    /// Spins (scanning the own deque and the injector, and other deques if
+    /// `searching`) for at most `budget`.
+    fn spin(&self, budget: Duration, searching: bool) -> Option<JobRef> {
+        // Counted apart from the sleep state, for stats and admission only.
+        self.registry.spinning.fetch_add(1, SeqCst);
+        let found = self.spin_for(budget, searching);
+        self.registry.spinning.fetch_sub(1, SeqCst);
+        found
+    }
+
+    fn spin_for(&self, budget: Duration, searching: bool) -> Option<JobRef> {
         let start = Instant::now();
         loop {
             for _ in 0..4 {
                 std::hint::spin_loop();
             }
-            if let Some(job) = self.find_task(true) {
+            if let Some(job) = self.find_task(searching) {
                 return Some(job);
             }
             if self.registry.state() != crate::registry::RUNNING || start.elapsed() >= budget {
@@ -268,7 +287,7 @@ impl WorkerThread {
     }
 
     fn cancel_own_deque(&self) {
-        while let Some(job) = self.deque.pop() {
+        while let Some(job) = self.deque.pop().or_else(|| self.inbox.pop()) {
             self.registry.on_dequeue();
             self.registry.cancel_job(job);
         }
@@ -325,7 +344,11 @@ impl WorkerThread {
         {
             return Some(job);
         }
-        if let Some(job) = self.deque.pop() {
+        // An empty deque's pop still pays a SeqCst fence; the emptiness
+        // check is two plain loads (global work lives in the inbox).
+        if !self.deque.is_empty()
+            && let Some(job) = self.deque.pop()
+        {
             self.count(Source::Local);
             return Some(job);
         }
@@ -346,15 +369,38 @@ impl WorkerThread {
         });
     }
 
+    /// Global work, oldest first: own inbox, other workers' inboxes, then a
+    /// batch from the injector.
     fn take_global(&self) -> Option<JobRef> {
+        if let Some(job) = self.inbox.pop() {
+            self.count(Source::Global);
+            return Some(job);
+        }
+        let registry = &*self.registry;
+        let n = registry.high_water.load(Acquire);
         loop {
-            match self.registry.injector.steal_batch_with_limit_and_pop(&self.deque, GLOBAL_BATCH) {
+            let mut retry = false;
+            // Only a stalled worker's inbox: a busy one is consuming its own,
+            // and taking from it would make the consumers of a flood fight
+            // over each other's batches.
+            let stalled = |&i: &usize| i != self.index && registry.slots[i].counters.stalled.load(Relaxed);
+            for victim in (0..n).filter(stalled) {
+                match registry.slots[victim].inbox.steal_batch_and_pop(&self.inbox) {
+                    Steal::Success(job) => {
+                        self.count(Source::Global);
+                        return Some(job);
+                    }
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            match registry.injector.steal_batch_with_limit_and_pop(&self.inbox, MAX_GLOBAL_BATCH) {
                 Steal::Success(job) => {
                     self.count(Source::Global);
                     return Some(job);
                 }
-                Steal::Empty => return None,
-                Steal::Retry => std::hint::spin_loop(),
+                Steal::Empty if !retry => return None,
+                _ => std::hint::spin_loop(),
             }
         }
     }
@@ -388,6 +434,19 @@ impl WorkerThread {
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
                 }
+                // A searcher also relieves a busy worker of the global work
+                // it took and has not started (a waiter must not: that is
+                // other regions' work).
+                if region.is_none() {
+                    match slot.inbox.steal_batch_and_pop(&self.inbox) {
+                        Steal::Success(job) => {
+                            self.count(Source::Stolen);
+                            return Some(job);
+                        }
+                        Steal::Retry => retry = true,
+                        Steal::Empty => {}
+                    }
+                }
             }
             if !retry {
                 return None;
@@ -405,16 +464,24 @@ impl WorkerThread {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as usize % n
     }
 
-    /// Moves every job of the own deque to the global queue, where any
-    /// thread can take it, and offers it: done when this thread is about to
-    /// block, so its queued work does not wait behind the blocking call.
+    /// Marks this worker as stalled (blocked, or parked in a wait) or not:
+    /// see `WorkerCounters::stalled`.
+    pub(crate) fn set_stalled(&self, stalled: bool) {
+        self.counters().stalled.store(stalled, Relaxed);
+    }
+
+    /// Done when this thread is about to block, so its queued work does not
+    /// wait behind the blocking call: the own deque's jobs move to the
+    /// global queue, the inbox stays where other workers take it first (in
+    /// order), and the pool is told there is work.
     pub(crate) fn offload_local_work(&self) {
-        let mut moved = false;
+        self.set_stalled(true);
+        let mut offered = !self.inbox.is_empty();
         while let Some(job) = self.deque.pop() {
             self.registry.injector.push(job);
-            moved = true;
+            offered = true;
         }
-        if moved {
+        if offered {
             self.registry.wake_for_new_work();
         }
     }

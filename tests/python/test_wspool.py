@@ -1,6 +1,6 @@
-"""What wspool.Pool adds to the Executor contract: helping waits, bounded
-queues and reject policies, stats, blocking regions, groups, serial queues,
-configuration errors, and GIL release."""
+"""What wspool.Pool adds to the Executor contract: opt-in growth for waits
+and blocking regions, bounded queues and reject policies, stats, groups,
+serial queues, configuration errors, and GIL release."""
 
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ C_STATS_FIELDS = [
         ({"keep_alive": "10"}, TypeError),
         ({"min_threads": -1}, ValueError),
         ({"min_threads": 2.5}, TypeError),
-        ({"min_threads": 8, "max_threads": 4}, ValueError),
+        ({"min_threads": 8, "max_threads": 4, "growth": "adaptive"}, ValueError),
+        ({"max_workers": 2, "max_threads": 4}, ValueError),  # a ceiling for growth needs growth
+        ({"stack_size": 1024}, ValueError),
+        ({"stack_size": 1.5}, TypeError),
         ({"queue_capacity": -5}, ValueError),
         ({"queue_capacity": "big"}, TypeError),
         ({"growth": "queue_first"}, ValueError),  # queue_first needs a queue_capacity
@@ -61,7 +64,12 @@ def test_good_configuration_works() -> None:
         assert "cfg" in repr(p)
 
 
-# -- help-while-waiting ------------------------------------------------------
+# -- waits inside tasks ---------------------------------------------------------
+#
+# A wait inside a task never runs other calls on its thread (see
+# test_tpe_parity.py). It is a blocking region: a pool that opted in to
+# growth lends a thread meanwhile, so nested waits cannot deadlock there; a
+# fixed pool (the default) keeps ThreadPoolExecutor's bound instead.
 
 def tree(pool: wspool.Pool, depth: int) -> int:
     """Each task submits two children and waits for them: sync-over-async."""
@@ -73,16 +81,22 @@ def tree(pool: wspool.Pool, depth: int) -> int:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_nested_waits_on_a_tiny_fixed_pool_do_not_deadlock(threads: int) -> None:
+def test_nested_waits_with_growth_do_not_deadlock(threads: int) -> None:
     # With ThreadPoolExecutor(2) this deadlocks: both workers park in result()
-    # while the children sit in the queue. wspool's result() runs them.
-    with wspool.Pool(min_threads=threads, growth="fixed") as p:
-        assert p.submit(tree, p, 7).result(timeout=EVENTUALLY) == 128
-        assert p.stats().threads == threads
+    # while the children sit in the queue. Each waiting parent here is lent a thread.
+    with wspool.Pool(threads, growth="adaptive", max_threads=64) as p:
+        assert p.submit(tree, p, 4).result(timeout=EVENTUALLY) == 16
+        assert p.stats().peak_threads > threads
 
 
-def test_every_worker_waiting_at_once_still_progresses() -> None:
-    with wspool.Pool(min_threads=2, growth="fixed") as p:
+def test_nested_waits_on_a_fixed_pool_stay_within_max_workers() -> None:
+    with wspool.Pool(8) as p:
+        assert p.submit(tree, p, 2).result(timeout=EVENTUALLY) == 4
+        assert p.stats().peak_threads == 8
+
+
+def test_every_worker_waiting_at_once_still_progresses_with_growth() -> None:
+    with wspool.Pool(2, growth="adaptive", max_threads=8) as p:
         barrier = threading.Barrier(2)
 
         def parent(i: int) -> int:
@@ -93,21 +107,24 @@ def test_every_worker_waiting_at_once_still_progresses() -> None:
         assert [f.result(timeout=EVENTUALLY) for f in futures] == [1, 11]
 
 
-def test_map_inside_a_task_helps() -> None:
-    with wspool.Pool(min_threads=1, growth="fixed") as p:
+def test_map_inside_a_task_with_growth() -> None:
+    with wspool.Pool(1, growth="adaptive", max_threads=4) as p:
         f = p.submit(lambda: sum(p.map(lambda x: x * 2, range(100))))
         assert f.result(timeout=EVENTUALLY) == 9900
 
 
-def test_group_wait_inside_a_task_helps() -> None:
-    with wspool.Pool(min_threads=1, growth="fixed") as p:
+def test_group_wait_inside_a_task_with_growth() -> None:
+    with wspool.Pool(1, growth="adaptive", max_threads=4) as p:
+        waiter = []
 
         def parent() -> int:
+            waiter.append(threading.get_ident())
             g = p.group()
-            fs = [g.submit(lambda i=i: i) for i in range(10)]
+            fs = [g.submit(lambda i=i: (i, threading.get_ident())) for i in range(10)]
             assert g.wait()
-            return sum(f.result() for f in fs)
+            return sum(f.result()[0] for f in fs if f.result()[1] != waiter[0])
 
+        # Every child ran, and none on the waiting parent's thread.
         assert p.submit(parent).result(timeout=EVENTUALLY) == 45
 
 
@@ -232,12 +249,12 @@ def test_cancel_is_counted() -> None:
 
 # -- blocking regions ----------------------------------------------------------
 
-def test_blocking_regions_lend_threads() -> None:
+def test_blocking_regions_lend_threads_with_growth() -> None:
     # Six tasks meet at a barrier on a two-thread pool: only possible if the
     # pool lends a thread for each blocking region.
     n = 6
     barrier = threading.Barrier(n)
-    with wspool.Pool(min_threads=2, max_threads=32) as p:
+    with wspool.Pool(2, growth="adaptive", max_threads=32) as p:
 
         def meet() -> int:
             with wspool.blocking():

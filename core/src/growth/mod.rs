@@ -21,15 +21,13 @@ use std::sync::{Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_deque::Worker;
 
 pub(crate) mod compensation;
 
 pub(crate) use compensation::Compensation;
 
 use crate::config::Growth;
-use crate::job::JobRef;
-use crate::registry::{CANCELLING, RUNNING, Registry};
+use crate::registry::{CANCELLING, LocalQueues, RUNNING, Registry};
 use crate::sync::lock;
 use crate::worker::WorkerThread;
 
@@ -56,8 +54,8 @@ impl Registry {
             return Err(None);
         };
         let slot = &self.slots[index];
-        let Some(deque) = lock(&slot.deque).take() else {
-            // Cannot happen: an unoccupied slot always holds its deque.
+        let Some(queues) = lock(&slot.queues).take() else {
+            // Cannot happen: an unoccupied slot always holds its queues.
             slot.occupied.store(false, SeqCst);
             self.threads.fetch_sub(1, SeqCst);
             return Err(None);
@@ -70,14 +68,14 @@ impl Registry {
         if let Some(size) = self.config.stack_size {
             builder = builder.stack_size(size);
         }
-        // The deque travels to the thread; on a spawn failure it comes back.
-        let carrier = Arc::new(Mutex::new(Some(deque)));
+        // The queues travel to the thread; on a spawn failure they come back.
+        let carrier = Arc::new(Mutex::new(Some(queues)));
         let carried = carrier.clone();
         let spawned = builder.spawn(move || {
-            let deque = lock(&carried).take();
+            let queues = lock(&carried).take();
             drop(carried);
-            if let Some(deque) = deque {
-                WorkerThread::run(registry, index, deque, injected);
+            if let Some(queues) = queues {
+                WorkerThread::run(registry, index, queues, injected);
             }
         });
         match spawned {
@@ -96,8 +94,8 @@ impl Registry {
                 Ok(())
             }
             Err(e) => {
-                if let Some(deque) = lock(&carrier).take() {
-                    *lock(&slot.deque) = Some(deque);
+                if let Some(queues) = lock(&carrier).take() {
+                    *lock(&slot.queues) = Some(queues);
                 }
                 slot.occupied.store(false, SeqCst);
                 self.threads.fetch_sub(1, SeqCst);
@@ -129,15 +127,15 @@ impl Registry {
     }
 
     /// A worker's last act: leftover jobs go to the injector (none are lost),
-    /// the deque goes back to its slot, and the slot is freed.
-    pub(crate) fn release_slot(self: Arc<Self>, index: usize, deque: Worker<JobRef>) {
+    /// the queues go back to its slot, and the slot is freed.
+    pub(crate) fn release_slot(self: Arc<Self>, index: usize, queues: LocalQueues) {
         let mut moved = false;
-        while let Some(job) = deque.pop() {
+        while let Some(job) = queues.inbox.pop().or_else(|| queues.deque.pop()) {
             self.injector.push(job);
             moved = true;
         }
         let slot = &self.slots[index];
-        *lock(&slot.deque) = Some(deque);
+        *lock(&slot.queues) = Some(queues);
         slot.occupied.store(false, SeqCst);
         self.counters.threads_retired.fetch_add(1, Relaxed);
         if moved {
@@ -250,6 +248,7 @@ pub fn blocking_begin() {
 pub(crate) fn close_unbalanced_blocking(worker: &WorkerThread, depth: u32) {
     worker.blocking_depth.set(depth);
     if depth == 0 {
+        worker.set_stalled(false);
         BLOCKING.with(|b| drop(b.borrow_mut().pop()));
     }
     worker.registry.counters.unbalanced_blocking.fetch_add(1, Relaxed);
@@ -266,6 +265,7 @@ pub fn blocking_end() {
     }
     worker.blocking_depth.set(depth - 1);
     if depth == 1 {
+        worker.set_stalled(false);
         BLOCKING.with(|b| drop(b.borrow_mut().pop()));
     }
 }

@@ -1,6 +1,7 @@
 """wspool: a work-stealing thread pool as a ``concurrent.futures.Executor``.
 
-``wspool.Pool`` drops in for ``concurrent.futures.ThreadPoolExecutor``::
+``wspool.Pool`` is a ``concurrent.futures.ThreadPoolExecutor`` subclass that
+drops in for it (``loop.set_default_executor`` accepts it)::
 
     import wspool
 
@@ -9,24 +10,25 @@
         results = [f.result() for f in futures]
         squares = list(pool.map(lambda x: x * x, range(10_000)))
 
-What it adds: ``Future.result()`` called inside a pool task runs other
-queued tasks while it waits (help-while-waiting), so nested submit/result
-cannot deadlock even on a small fixed pool; ``with wspool.blocking():`` lends
-a thread to code that blocks for real; ``pool.stats()`` shows what the pool
-does; ``pool.group()`` and ``pool.serial()`` structure work; a bounded queue
-(``queue_capacity``) with a reject policy. The scheduler is the Rust crate
-``wspool``; the GIL is released whenever Rust waits.
+``max_workers=N`` bounds the calls running at once, as in
+``ThreadPoolExecutor``; ``growth=`` opts in to more threads (up to
+``max_threads``) for ``wspool.blocking()`` regions and waits inside tasks.
+What it adds: a much faster ``map``, ``pool.stats()``, ``pool.group()``,
+``pool.serial()``, a bounded queue (``queue_capacity``) with a reject policy.
+The scheduler is the Rust crate ``wspool``; the GIL is released whenever Rust
+waits. The guide is docs/python.md in the repository.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import weakref
-from concurrent.futures import Executor, _base
+from concurrent.futures import _base
 from concurrent.futures import Future as _BaseFuture
-from concurrent.futures.thread import BrokenThreadPool
+from concurrent.futures.thread import BrokenThreadPool, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast
 
 from . import _wspool
@@ -59,17 +61,17 @@ _UNFINISHED = ("PENDING", "RUNNING")
 Group = _wspool.Group
 Serial = _wspool.Serial
 
-_GROWTH = ("adaptive", "scale_first", "queue_first", "fixed")
+_GROWTH = ("fixed", "adaptive", "scale_first", "queue_first")
 _REJECT = ("abort", "caller_runs", "block", "discard_oldest")
 
 
 class Future(_BaseFuture[_T]):
     """A ``concurrent.futures.Future`` that knows its wspool task.
 
-    ``result()`` and ``exception()`` wait on the task itself, with the GIL
-    released. On a worker thread of the task's pool that wait helps: the
-    worker runs queued tasks (possibly the awaited one) instead of parking,
-    so a task may submit sub-tasks and wait for them on a pool of any size.
+    ``result()`` and ``exception()`` wait on the task itself with the GIL
+    released: off the pool a short spin, then a park; on a pool thread a
+    ``wspool.blocking()`` region in which no other call runs on this thread
+    (a waiting call never sees another call's thread-locals or context).
     ``cancel()`` also drops the task from the pool's queue.
     """
 
@@ -117,11 +119,18 @@ def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
 
 
 def _make_worker_init(
-    name: str, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+    prefix: str, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
 ) -> Callable[[int], None]:
     def worker_init(index: int) -> None:
-        # Runs once on each worker thread, before its first task.
-        threading.current_thread().name = f"{name}-{index}"
+        # Runs once on each worker thread, before its first task, doing what
+        # threading.Thread's bootstrap and ThreadPoolExecutor's worker do.
+        threading.current_thread().name = f"{prefix}_{index}"
+        trace = getattr(threading, "_trace_hook", None)
+        if trace is not None:
+            sys.settrace(trace)
+        profile = getattr(threading, "_profile_hook", None)
+        if profile is not None:
+            sys.setprofile(profile)
         if initializer is not None:
             try:
                 initializer(*initargs)
@@ -133,35 +142,50 @@ def _make_worker_init(
     return worker_init
 
 
-_pool_counter = 0
-_counter_lock = threading.Lock()
+def _stack_size(value: int | None) -> int | None:
+    """The worker stack size: ``stack_size=``, else ``threading.stack_size()``,
+    else what a new ``threading.Thread`` gets (the platform default)."""
+    if value is None:
+        value = threading.stack_size() or None
+        return value if value is not None else _wspool.default_stack_size()
+    _count("stack_size", value)
+    if value < 32768:
+        raise ValueError(f"stack_size must be at least 32768 bytes (32 KiB), not {value}")
+    return value
+
+
 _live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
 
 
-class Pool(Executor):
+class Pool(ThreadPoolExecutor):
     """A work-stealing thread pool; a drop-in ``ThreadPoolExecutor``.
 
-    ``ThreadPoolExecutor``'s arguments work the same: ``max_workers`` is the
-    number of threads that run tasks (``min_threads``; default: the number
-    of CPUs, at least 2), ``thread_name_prefix`` names them, and
-    ``initializer(*initargs)`` runs once on each worker thread before its
-    first task (if it raises, the pool is broken: submit raises
-    ``BrokenThreadPool``, as with ``ThreadPoolExecutor``).
+    ``ThreadPoolExecutor``'s arguments mean the same: at most ``max_workers``
+    calls run at once (default ``min(32, os.cpu_count() + 4)``), threads are
+    named ``f"{thread_name_prefix}_{n}"`` (default prefix
+    ``ThreadPoolExecutor-K``), and ``initializer(*initargs)`` runs once on
+    each worker thread before its first task (if it raises, the pool is
+    broken: submit raises ``BrokenThreadPool``).
 
     wspool's own keywords mirror the C configuration:
 
-    - ``min_threads``: threads kept alive (same as ``max_workers``).
-    - ``max_threads``: ceiling for threads added for ``blocking()`` regions,
-      detected starvation and ``growth="scale_first"`` (default 256).
+    - ``growth``: ``"fixed"`` (default: exactly ``max_workers`` threads, the
+      ``ThreadPoolExecutor`` promise) or, to opt in to more threads than
+      ``max_workers`` (for ``blocking()`` regions, waits inside tasks and
+      detected starvation), ``"adaptive"``, ``"scale_first"`` or
+      ``"queue_first"``.
+    - ``max_threads``: the ceiling for growth (default 256); only with a
+      growth other than ``"fixed"``.
+    - ``min_threads``: another name for ``max_workers`` (threads kept).
     - ``queue_capacity``: tasks allowed to wait (0 = unbounded, the default).
-    - ``growth``: ``"adaptive"`` (default), ``"scale_first"``,
-      ``"queue_first"`` or ``"fixed"`` (exactly ``min_threads``, never more).
     - ``reject``: what a full queue does: ``"abort"`` (raise
       ``RejectedError``, the default), ``"caller_runs"``, ``"block"`` or
       ``"discard_oldest"`` (the oldest queued task is cancelled).
     - ``keep_alive``: seconds an extra thread idles before it retires.
     - ``name``: thread-name prefix (same as ``thread_name_prefix``).
     - ``spin_max_us``: debounce spin cap in microseconds (0 disables spinning).
+    - ``stack_size``: worker stack in bytes (default: ``threading.stack_size()``
+      if set, else what a ``threading.Thread`` gets).
 
     Bad values raise ``ValueError`` or ``TypeError``.
     """
@@ -173,29 +197,35 @@ class Pool(Executor):
         initializer: Callable[..., object] | None = None,
         initargs: tuple[Any, ...] = (),
         *,
+        growth: str = "fixed",
+        max_threads: int | None = None,
         min_threads: int | None = None,
-        max_threads: int = 0,
         queue_capacity: int = 0,
-        growth: str = "adaptive",
         reject: str = "abort",
         keep_alive: float = 10.0,
         name: str | None = None,
         spin_max_us: int | None = None,
+        stack_size: int | None = None,
     ) -> None:
-        global _pool_counter
-        if max_workers is not None:
-            if min_threads is not None:
-                raise TypeError("give max_workers or min_threads, not both")
-            _count("max_workers", max_workers)
-            if max_workers <= 0:
-                raise ValueError("max_workers must be greater than 0")
-            min_threads = max_workers
-        threads = 0 if min_threads is None else _count("min_threads", min_threads)
-        _count("max_threads", max_threads)
+        # ThreadPoolExecutor.__init__ is not called: it would build the
+        # thread-per-task machinery this class replaces.
+        if max_workers is not None and min_threads is not None:
+            raise TypeError("give max_workers or min_threads, not both")
+        if max_workers is None:
+            max_workers = min_threads
+        if max_workers is None:
+            max_workers = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's default
+        elif not isinstance(max_workers, bool) and isinstance(max_workers, int) and max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        _count("max_workers", max_workers, minimum=1)
+        _choice("growth", growth, _GROWTH)
+        if max_threads is not None:
+            _count("max_threads", max_threads)
+            if growth == "fixed":
+                raise ValueError('max_threads is a ceiling for growth: give growth="adaptive" (or another) too')
         _count("queue_capacity", queue_capacity)
         if spin_max_us is not None:
             _count("spin_max_us", spin_max_us)
-        _choice("growth", growth, _GROWTH)
         _choice("reject", reject, _REJECT)
         if isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float)):
             raise TypeError(f"keep_alive must be a number of seconds, not {type(keep_alive).__name__}")
@@ -210,35 +240,36 @@ class Pool(Executor):
         prefix = name if name is not None else thread_name_prefix
         if not isinstance(prefix, str):
             raise TypeError(f"name must be a str, not {type(prefix).__name__}")
+        stack = _stack_size(stack_size)
         if not prefix:
-            with _counter_lock:
-                prefix = f"wspool-{_pool_counter}"
-                _pool_counter += 1
-        self._name = prefix
+            # ThreadPoolExecutor's counter: pools of both kinds are numbered alike.
+            prefix = f"ThreadPoolExecutor-{self._counter()}"  # type: ignore[attr-defined]
+        # The attributes ThreadPoolExecutor's own code and its users read.
+        self._max_workers = max_workers
+        self._thread_name_prefix = prefix
+        self._initializer = initializer  # type: ignore[assignment]  # typeshed's is narrower than TPE's
+        self._initargs = initargs
         self._core = _wspool.Core(
             future_cls=Future,
             name=prefix,
-            min_threads=threads,
-            max_threads=max_threads,
+            min_threads=max_workers,
+            max_threads=max_threads or 0,
             queue_capacity=queue_capacity,
             growth=growth,
             reject=reject,
             keep_alive=float(keep_alive),
             spin_max_us=spin_max_us,
             worker_init=_make_worker_init(prefix, initializer, initargs),
+            stack_size=stack,
         )
-        self._max_workers = threads or os.cpu_count() or 2
-        if type(self).submit is Pool.submit:
-            # The Rust method directly: no Python frame per submit.
-            self.submit = self._core.submit  # type: ignore[method-assign,assignment]
         _live_pools.add(self)
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedules ``fn(*args, **kwargs)``; returns a ``wspool.Future``.
 
         Raises ``RejectedError`` if the bounded queue is full (reject="abort"),
-        ``RuntimeError`` after shutdown, ``BrokenThreadPool`` if an
-        initializer failed.
+        ``RuntimeError`` after shutdown (from any thread, the pool's own
+        included), ``BrokenThreadPool`` if an initializer failed.
         """
         return cast("Future[_T]", self._core.submit(fn, *args, **kwargs))
 
@@ -253,12 +284,16 @@ class Pool(Executor):
 
         Results come back in order; the first exception is raised in its
         place. ``timeout`` (seconds from this call) raises ``TimeoutError``.
-        Each chunk of ``chunksize`` calls runs as one task. No ``Future`` is
-        made per call, and a task that holds the GIL runs the next chunks of
-        the same map, which is why ``map`` is much faster than a loop of
-        ``submit``. Closing or dropping the iterator cancels calls that have
-        not started.
+        Every call is scheduled when ``map`` returns and runs even if the
+        iterator is never consumed; closing or dropping an iterator that was
+        advanced cancels the calls that have not started. Each chunk of
+        ``chunksize`` calls runs as one task. No ``Future`` is made per
+        call, which is why ``map`` is much faster than a loop of ``submit``
+        -- unless ``submit`` is overridden or patched, when ``map`` goes
+        through it as ``Executor.map`` does.
         """
+        if type(self).submit is not _POOL_SUBMIT:
+            return super().map(fn, *iterables, timeout=timeout, chunksize=chunksize)
         _count("chunksize", chunksize)
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
@@ -267,7 +302,7 @@ class Pool(Executor):
         return self._core.map(fn, zip(*iterables), chunksize, None if timeout is None else float(timeout))
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stops accepting tasks; idempotent.
+        """Stops accepting tasks, from every thread; idempotent.
 
         ``wait``: return after every queued and running task finished (the
         GIL is released meanwhile; Ctrl-C interrupts). ``cancel_futures``:
@@ -275,6 +310,16 @@ class Pool(Executor):
         pool's own tasks it never waits (it would wait for itself).
         """
         self._core.shutdown(wait, cancel_futures)
+
+    # ThreadPoolExecutor's attributes, read-only here: `_broken` is False or
+    # why the pool is broken (typeshed says bool; TPE stores the message).
+    @property
+    def _broken(self) -> str | bool:  # type: ignore[override]
+        return self._core.broken or False
+
+    @property
+    def _shutdown(self) -> bool:  # type: ignore[override]
+        return self._core.is_shutdown
 
     def stats(self) -> Stats:
         """A snapshot of the pool's counters (threads, queue, steals, delays...)."""
@@ -295,11 +340,14 @@ class Pool(Executor):
     @property
     def name(self) -> str:
         """The thread-name prefix."""
-        return self._name
+        return self._thread_name_prefix or ""
 
     def __repr__(self) -> str:
         state = "forked" if self._core.forked else "shut down" if self._core.is_shutdown else "running"
-        return f"<wspool.Pool {self._name!r} {state}>"
+        return f"<wspool.Pool {self._thread_name_prefix!r} {state}>"
+
+
+_POOL_SUBMIT = Pool.submit
 
 
 def _python_exit() -> None:

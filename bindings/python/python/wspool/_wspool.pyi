@@ -16,6 +16,7 @@ __all__ = [
     "current_index",
     "_after_fork_child",
     "_atexit",
+    "default_stack_size",
     "SIGNAL_SLICE_SECONDS",
 ]
 
@@ -39,6 +40,7 @@ class Core:
         keep_alive: float,
         spin_max_us: int | None = None,
         worker_init: Callable[[int], object] | None = None,
+        stack_size: int | None = None,
     ) -> Core: ...
     def submit(self, fn_: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]: ...
     def map(
@@ -142,7 +144,7 @@ class Stats:
 
 @final
 class blocking:
-    """``with wspool.blocking():`` marks code that blocks for real; the pool lends a thread meanwhile."""
+    """``with wspool.blocking():`` marks code that blocks for real; a pool with growth lends a thread meanwhile."""
 
     def __new__(cls) -> blocking: ...
     def __enter__(self) -> blocking: ...
@@ -154,3 +156,4 @@ class blocking:
 def current_index() -> int | None: ...
 def _after_fork_child() -> None: ...
 def _atexit() -> None: ...
+def default_stack_size() -> int | None: ...

@@ -1,0 +1,214 @@
+//! `submit`: a Python call that fills a real `concurrent.futures.Future`
+//! (the subclass the Python side hands us), and the `Handle` stored on that
+//! future so `Future.result()` waits on the task itself.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use wspool::{Pool, SubmitErrorKind, TaskHandle};
+
+use crate::RejectedError;
+use crate::fork::{ForkLocal, check_gen, current_gen};
+use crate::pool::Shared;
+use crate::wait::{WAIT_EPOCH, current_cpu, handoff_debounce, wait_released};
+pub(crate) fn submit_error(shared: &Shared, kind: SubmitErrorKind) -> PyErr {
+    match kind {
+        SubmitErrorKind::Rejected => RejectedError::new_err(format!(
+            "task rejected: the pool's queue is full (queue_capacity={})",
+            shared.queue_capacity
+        )),
+        SubmitErrorKind::Shutdown => shutdown_error(),
+        SubmitErrorKind::WrongPool => PyValueError::new_err("the group or serial queue belongs to another pool"),
+    }
+}
+
+struct Call {
+    shared: Arc<Shared>,
+    /// When, at which `WAIT_EPOCH` and on which CPU it was submitted (`handoff_debounce`).
+    submitted: Instant,
+    epoch: u64,
+    cpu: i32,
+    future: Py<PyAny>,
+    func: Py<PyAny>,
+    args: Py<PyTuple>,
+    kwargs: Option<Py<PyDict>>,
+}
+
+impl Call {
+    fn execute(self, py: Python<'_>) {
+        let fut = self.future.bind(py);
+        match fut.call_method0(intern!(py, "set_running_or_notify_cancel")) {
+            Ok(v) if v.is_truthy().unwrap_or(false) => {}
+            Ok(_) => return, // cancelled before it started
+            Err(e) => return e.write_unraisable(py, Some(fut)),
+        }
+        let outcome = match self.shared.broken_error(py) {
+            Some(err) => Err(err),
+            None => self.func.bind(py).call(self.args.bind(py), self.kwargs.as_ref().map(|k| k.bind(py))),
+        };
+        // Every BaseException (SystemExit and KeyboardInterrupt included)
+        // goes into the future; the worker carries on.
+        let set = match outcome {
+            Ok(v) => fut.call_method1(intern!(py, "set_result"), (v,)),
+            Err(e) => fut.call_method1(intern!(py, "set_exception"), (e.into_value(py),)),
+        };
+        if let Err(e) = set {
+            e.write_unraisable(py, Some(fut));
+        }
+    }
+
+    /// The task was dropped without running (cancelled, shut down with
+    /// cancel_futures, evicted by discard_oldest, or refused): the future
+    /// ends up cancelled, and waiters of `concurrent.futures.wait` are told.
+    fn cancel_unrun(self) {
+        let Call { future, func, args, kwargs, .. } = self;
+        let attached = Python::try_attach(|py| {
+            let fut = future.bind(py);
+            // The base class's cancel: wspool.Future.cancel would cancel this task again.
+            if let Ok(cls) = base_future_class(py) {
+                let _ = cls.call_method1(intern!(py, "cancel"), (fut,));
+            }
+            let _ = fut.call_method0(intern!(py, "set_running_or_notify_cancel"));
+        });
+        if attached.is_none() {
+            // The interpreter is gone: nothing can be released safely.
+            std::mem::forget((future, func, args, kwargs));
+        }
+    }
+}
+
+pub(crate) fn cancelled_error(py: Python<'_>, msg: &str) -> PyErr {
+    match py.import("concurrent.futures").and_then(|m| m.getattr("CancelledError")) {
+        Ok(cls) => match cls.call1((msg,)) {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+fn base_future_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    CLS.get_or_try_init(py, || Ok::<_, PyErr>(py.import("concurrent.futures")?.getattr("Future")?.unbind()))
+        .map(|c| c.bind(py))
+}
+
+/// Owns a [`Call`] until it runs; dropped unrun, it cancels the future.
+struct Job(Option<Call>);
+
+impl Job {
+    fn run(mut self) {
+        if let Some(call) = self.0.take() {
+            if call.shared.is_worker_here() {
+                handoff_debounce(call.submitted, call.epoch, call.cpu);
+            }
+            let shared = call.shared.clone();
+            let mut slot = Some(call);
+            let ran = shared.run_python(|py| {
+                if let Some(c) = slot.take() {
+                    c.execute(py)
+                }
+            });
+            if !ran && let Some(c) = slot.take() {
+                std::mem::forget(c);
+            }
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(call) = self.0.take() {
+            call.cancel_unrun();
+        }
+    }
+}
+
+/// Where a submission goes.
+pub(crate) enum Target<'a> {
+    Pool(&'a Pool),
+    Group(&'a wspool::Group),
+    Serial(&'a wspool::SerialQueue),
+}
+
+pub(crate) fn submit_call<'py>(
+    py: Python<'py>,
+    shared: &Arc<Shared>,
+    target: Target<'_>,
+    func: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    shared.check_open(py)?;
+    let future = shared.future_cls.bind(py).call0()?;
+    let job = Job(Some(Call {
+        shared: shared.clone(),
+        submitted: Instant::now(),
+        epoch: WAIT_EPOCH.load(Ordering::SeqCst),
+        cpu: current_cpu(),
+        future: future.clone().unbind(),
+        func: func.clone().unbind(),
+        args: args.clone().unbind(),
+        kwargs: kwargs.map(|k| k.clone().unbind()),
+    }));
+    let task = move || job.run();
+    let submit = move || match target {
+        Target::Pool(p) => p.submit(task).map_err(|e| e.kind()),
+        Target::Group(g) => g.submit(task).map_err(|e| e.kind()),
+        Target::Serial(s) => s.submit(task).map_err(|e| e.kind()),
+    };
+    // A refused task comes back inside the error and is dropped here: its
+    // future, never handed out, is cancelled on the way.
+    let result = if shared.submit_may_block { py.detach(submit) } else { submit() };
+    let handle = result.map_err(|kind| submit_error(shared, kind))?;
+    let handle = Handle { task: ForkLocal::new(handle, shared.gen_) };
+    future.setattr(intern!(py, "_ws_handle"), Bound::new(py, handle)?)?;
+    Ok(future)
+}
+
+/// What `submit` raises once the pool is shut down, from any thread (pool
+/// threads included), with `ThreadPoolExecutor`'s text.
+pub(crate) fn shutdown_error() -> PyErr {
+    PyRuntimeError::new_err("cannot schedule new futures after shutdown")
+}
+
+/// The task behind a `wspool.Future`, for `Future.result()`.
+#[pyclass(module = "wspool._wspool", frozen)]
+pub(crate) struct Handle {
+    task: ForkLocal<TaskHandle<()>>,
+}
+
+#[pymethods]
+impl Handle {
+    /// Waits until the task finished or was cancelled; False on timeout.
+    /// On a pool thread it runs nothing else meanwhile (see `wait_released`).
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        check_gen(self.task.gen_)?;
+        if self.task.is_finished() {
+            return Ok(true);
+        }
+        let task: &TaskHandle<()> = &self.task;
+        wait_released(py, timeout, Some(&|| task.is_finished()), |t| task.wait_for(t))
+    }
+
+    /// Drops the task unrun if it has not started (its future is cancelled).
+    fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
+        check_gen(self.task.gen_)?;
+        // Dropping the task's closure needs the GIL (it cancels the future):
+        // we hold it, and the core drops it on this thread.
+        let _ = py;
+        Ok(self.task.cancel())
+    }
+
+    /// True once the task finished (ran or was cancelled).
+    fn done(&self) -> bool {
+        self.task.gen_ == current_gen() && self.task.is_finished()
+    }
+}

@@ -1,0 +1,374 @@
+//! `Executor.map` without a `Future` per item. A few tasks claim chunks in
+//! order; a task that holds the GIL runs further chunks of the same map
+//! while it has it (bounded), which is what makes `map` fast under the GIL,
+//! and keeps a few more tasks queued while chunks remain. Like
+//! `ThreadPoolExecutor.map`, every call is scheduled when `map()` returns:
+//! all of them run even if the result iterator is never consumed.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use wspool::SubmitErrorKind;
+
+use crate::call::{cancelled_error, submit_error};
+use crate::fork::check_gen;
+use crate::lock;
+use crate::pool::{Owner, Shared};
+use crate::wait::{deadline_of, remaining, wait_released};
+
+/// A map task that holds the GIL runs at most this many further chunks...
+const MAP_RUN_AHEAD: usize = 256;
+/// ...and stops taking more after this long, so long items spread out.
+const MAP_RUN_AHEAD_TIME: Duration = Duration::from_micros(500);
+/// While chunks remain, a map keeps up to this many tasks queued: enough for
+/// lent or injected threads to join in at once, few enough that a long map
+/// is not a backlog of thousands of tasks in the pool's queue.
+const MAP_QUEUED: usize = 4;
+
+enum Chunk {
+    Pending(Vec<Py<PyAny>>),
+    Running,
+    Done(Vec<PyResult<Py<PyAny>>>),
+    Taken,
+    /// Never ran: the pool dropped the map's tasks (shutdown with cancel_futures).
+    Aborted,
+}
+
+struct MapState {
+    /// Tickets spawn successors on this pool (an `Owner`, so that dropping
+    /// the last reference anywhere never joins the pool in place).
+    owner: Arc<Owner>,
+    func: Py<PyAny>,
+    chunks: Vec<Mutex<Chunk>>,
+    done: Vec<AtomicBool>,
+    /// Next chunk to claim; chunks are claimed in order.
+    next: AtomicUsize,
+    cancelled: AtomicBool,
+    /// The consumer sleeps on `cv` (under `lock`).
+    waiting: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+    /// Tickets queued and not started / not finished.
+    queued: AtomicUsize,
+    live: AtomicUsize,
+}
+
+impl MapState {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.owner.shared
+    }
+
+    fn claimable(&self) -> bool {
+        !self.cancelled.load(Ordering::Relaxed) && self.next.load(Ordering::Relaxed) < self.chunks.len()
+    }
+
+    /// Claims and runs the next chunk; false if none was left.
+    fn run_next(&self, py: Python<'_>) -> bool {
+        if self.cancelled.load(Ordering::Relaxed) {
+            return false;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        if i >= self.chunks.len() {
+            return false;
+        }
+        let args = match std::mem::replace(&mut *lock(&self.chunks[i]), Chunk::Running) {
+            Chunk::Pending(a) => a,
+            other => {
+                *lock(&self.chunks[i]) = other;
+                return true;
+            }
+        };
+        let mut out = Vec::with_capacity(args.len());
+        let func = self.func.bind(py);
+        for a in args {
+            let r = match self.shared().broken_error(py) {
+                Some(e) => Err(e),
+                None => match a.bind(py).cast::<PyTuple>() {
+                    Ok(t) => func.call1(t).map(Bound::unbind),
+                    Err(_) => func.call1((a.bind(py),)).map(Bound::unbind),
+                },
+            };
+            let failed = r.is_err();
+            out.push(r);
+            if failed {
+                break; // like a loop over the chunk: an exception ends it
+            }
+        }
+        *lock(&self.chunks[i]) = Chunk::Done(out);
+        self.mark_done(i);
+        true
+    }
+
+    fn mark_done(&self, i: usize) {
+        self.done[i].store(true, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) {
+            let _g = lock(&self.lock);
+            self.cv.notify_all();
+        }
+    }
+
+    /// The last task of the map was dropped unrun (the pool was shut down
+    /// with cancel_futures=True): the calls nobody will run end as cancelled.
+    fn abort(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        let from = self.next.fetch_add(self.chunks.len(), Ordering::SeqCst);
+        for i in from.min(self.chunks.len())..self.chunks.len() {
+            *lock(&self.chunks[i]) = Chunk::Aborted;
+            self.mark_done(i);
+        }
+    }
+
+    /// Stops the map: unclaimed chunks never run and their arguments are released.
+    fn cancel(&self, _py: Python<'_>) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        let from = self.next.fetch_add(self.chunks.len(), Ordering::SeqCst);
+        for c in self.chunks.iter().skip(from) {
+            let mut g = lock(c);
+            if matches!(*g, Chunk::Pending(_)) {
+                *g = Chunk::Taken;
+            }
+        }
+    }
+}
+
+fn spawn_ticket(state: &Arc<MapState>) -> Result<(), SubmitErrorKind> {
+    state.queued.fetch_add(1, Ordering::SeqCst);
+    state.live.fetch_add(1, Ordering::SeqCst);
+    let ticket = Ticket { state: state.clone(), started: false };
+    // A refused ticket comes back in the error and is dropped: its Drop
+    // undoes the counts (and aborts the map only if no other task is left).
+    state.owner.pool.spawn(move || ticket.run()).map_err(|e| e.kind())
+}
+
+/// One task of a map. It runs the next chunk and, while it holds the GIL
+/// anyway, further chunks (at most `MAP_RUN_AHEAD`, for at most
+/// `MAP_RUN_AHEAD_TIME`). While chunks remain it keeps up to `MAP_QUEUED`
+/// tickets queued, so idle, lent (`blocking()`) or injected threads join in,
+/// and the pool's queue never holds more than that per map: a long map does
+/// not look like a backlog to the starvation monitor.
+struct Ticket {
+    state: Arc<MapState>,
+    started: bool,
+}
+
+impl Ticket {
+    fn run(mut self) {
+        self.started = true;
+        let st = &self.state;
+        st.queued.fetch_sub(1, Ordering::SeqCst);
+        if !st.claimable() {
+            return;
+        }
+        st.shared().run_python(|py| {
+            let start = Instant::now();
+            let mut alone = false;
+            for ran in 0.. {
+                let queued = st.queued.load(Ordering::SeqCst);
+                if !alone
+                    && queued < MAP_QUEUED
+                    && st.next.load(Ordering::SeqCst) + queued + 1 < st.chunks.len()
+                    && spawn_ticket(st).is_err()
+                {
+                    alone = true; // no successor: this task runs the rest
+                }
+                if !st.run_next(py) {
+                    break;
+                }
+                if !alone && (ran + 1 >= MAP_RUN_AHEAD || start.elapsed() >= MAP_RUN_AHEAD_TIME) {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let st = &self.state;
+        if !self.started {
+            st.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        if st.live.fetch_sub(1, Ordering::SeqCst) == 1 && st.claimable() {
+            st.abort();
+        }
+    }
+}
+
+/// The iterator `Pool.map` returns: results in order; the first exception
+/// is raised in its place and the rest of the map is cancelled; a timeout
+/// raises TimeoutError. Dropping it early cancels what has not started.
+#[pyclass(module = "wspool._wspool")]
+pub(crate) struct MapIter {
+    state: Arc<MapState>,
+    next_chunk: usize,
+    buf: VecDeque<PyResult<Py<PyAny>>>,
+    deadline: Option<Instant>,
+    finished: bool,
+    /// `__next__` was called at least once.
+    iterated: bool,
+    total: usize,
+}
+
+impl MapIter {
+    fn finish(&mut self, py: Python<'_>) {
+        if !self.finished {
+            self.finished = true;
+            self.state.cancel(py);
+        }
+        self.buf.clear();
+    }
+
+    /// Waits until chunk `i` is done. Never runs chunks on this thread: a
+    /// map consumed inside a task must not run its calls under the task's
+    /// thread-locals and contextvars.
+    fn wait_chunk(&self, py: Python<'_>, i: usize) -> PyResult<bool> {
+        let st = &self.state;
+        if st.done[i].load(Ordering::SeqCst) {
+            return Ok(true);
+        }
+        let timeout = remaining(self.deadline).map(|d| d.as_secs_f64());
+        let done = |slice: Option<Duration>| {
+            let deadline = slice.map(|s| Instant::now() + s);
+            let mut g = lock(&st.lock);
+            st.waiting.store(true, Ordering::SeqCst);
+            while !st.done[i].load(Ordering::SeqCst) {
+                match deadline {
+                    None => g = st.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            break;
+                        }
+                        g = st.cv.wait_timeout(g, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                    }
+                }
+            }
+            st.waiting.store(false, Ordering::SeqCst);
+            st.done[i].load(Ordering::SeqCst)
+        };
+        wait_released(py, timeout, Some(&|| st.done[i].load(Ordering::SeqCst)), done)
+    }
+}
+
+impl Drop for MapIter {
+    fn drop(&mut self) {
+        // As with ThreadPoolExecutor's generator: a map whose iterator was
+        // never advanced runs every call; one abandoned part way cancels
+        // the calls that have not started.
+        if self.iterated && !self.finished {
+            self.state.cancelled.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[pymethods]
+impl MapIter {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        check_gen(self.state.shared().gen_)?;
+        self.iterated = true;
+        loop {
+            if let Some(r) = self.buf.pop_front() {
+                return match r {
+                    Ok(v) => Ok(Some(v)),
+                    Err(e) => {
+                        self.finish(py);
+                        Err(e)
+                    }
+                };
+            }
+            if self.finished || self.next_chunk >= self.state.chunks.len() {
+                self.finished = true;
+                return Ok(None);
+            }
+            let i = self.next_chunk;
+            if !self.wait_chunk(py, i)? {
+                self.finish(py);
+                return Err(PyTimeoutError::new_err("map() timed out"));
+            }
+            let taken = std::mem::replace(&mut *lock(&self.state.chunks[i]), Chunk::Taken);
+            match taken {
+                Chunk::Done(results) => self.buf.extend(results),
+                Chunk::Aborted => {
+                    self.finish(py);
+                    return Err(cancelled_error(py, "map() stopped: the pool shut down before these calls ran"));
+                }
+                _ => {}
+            }
+            self.next_chunk += 1;
+        }
+    }
+
+    /// Stops the map: calls that have not started never run.
+    fn close(&mut self, py: Python<'_>) {
+        self.finish(py);
+    }
+
+    /// How many calls the map has (a hint for `list()`; not a length: it
+    /// is an iterator, and like a generator it is always true).
+    fn __length_hint__(&self) -> usize {
+        self.total
+    }
+}
+
+/// `Pool.map`: splits `arg_tuples` into chunks of `chunksize` calls and
+/// queues the first tasks; see the module docs.
+pub(crate) fn start_map(
+    py: Python<'_>,
+    owner: &Arc<Owner>,
+    fn_: Py<PyAny>,
+    arg_tuples: &Bound<'_, PyAny>,
+    chunksize: usize,
+    timeout: Option<f64>,
+) -> PyResult<MapIter> {
+    owner.shared.check_open(py)?;
+    if chunksize == 0 {
+        return Err(PyValueError::new_err("chunksize must be >= 1."));
+    }
+    let deadline = deadline_of(timeout)?;
+    let mut chunks: Vec<Mutex<Chunk>> = Vec::new();
+    let mut cur: Vec<Py<PyAny>> = Vec::with_capacity(chunksize);
+    let mut total = 0usize;
+    for item in arg_tuples.try_iter()? {
+        cur.push(item?.unbind());
+        total += 1;
+        if cur.len() == chunksize {
+            chunks.push(Mutex::new(Chunk::Pending(std::mem::replace(&mut cur, Vec::with_capacity(chunksize)))));
+        }
+    }
+    if !cur.is_empty() {
+        chunks.push(Mutex::new(Chunk::Pending(cur)));
+    }
+    let n = chunks.len();
+    let state = Arc::new(MapState {
+        owner: owner.clone(),
+        func: fn_,
+        done: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        chunks,
+        next: AtomicUsize::new(0),
+        cancelled: AtomicBool::new(false),
+        waiting: AtomicBool::new(false),
+        lock: Mutex::new(()),
+        cv: Condvar::new(),
+        queued: AtomicUsize::new(0),
+        live: AtomicUsize::new(0),
+    });
+    // A few tasks to start; each keeps one more queued while chunks
+    // remain (see `Ticket`). Queueing never needs the GIL, and with
+    // reject="block" it may wait for room.
+    let first = n.min(owner.pool.min_threads().max(1));
+    if let Err(kind) = py.detach(|| (0..first).try_for_each(|_| spawn_ticket(&state))) {
+        state.cancel(py);
+        return Err(submit_error(&owner.shared, kind));
+    }
+    Ok(MapIter { state, next_chunk: 0, buf: VecDeque::new(), deadline, finished: n == 0, iterated: false, total })
+}

@@ -1,0 +1,506 @@
+//! `Core` (one `wspool::Pool` and the Python-facing state its tasks share),
+//! `Group`, `Serial`, `Stats` and `blocking`.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use wspool::{Growth, Pool, Reject, Shutdown};
+
+use crate::call::{Target, shutdown_error, submit_call};
+use crate::fork::{
+    ForkLocal, INIT_DONE, REAPERS, WORKER_OF, check_gen, current_gen, ensure_thread_state, release_thread_state,
+};
+use crate::map::{MapIter, start_map};
+use crate::wait::{poll_until, wait_released};
+
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What tasks need from their pool. Not the `Pool` itself: a task that held
+/// a pool handle could drop the last one on a worker. (Map tasks hold an
+/// [`Owner`], whose drop is safe on any thread.)
+pub(crate) struct Shared {
+    id: u64,
+    pub(crate) gen_: u64,
+    /// Called once per worker thread, with its index, before its first Python task.
+    worker_init: Option<Py<PyAny>>,
+    /// Set when `worker_init` raised: the pool is broken, like ThreadPoolExecutor's.
+    broken: OnceLock<String>,
+    /// Set as `shutdown()` starts: from then on submissions from any thread
+    /// (the pool's own included) fail, so a task that resubmits itself
+    /// cannot keep a draining pool alive.
+    closed: AtomicBool,
+    pub(crate) future_cls: Py<PyAny>,
+    /// The reject policy can make a submit wait or run the task inline: release the GIL around it.
+    pub(crate) submit_may_block: bool,
+    pub(crate) queue_capacity: usize,
+}
+
+impl Shared {
+    pub(crate) fn is_worker_here(&self) -> bool {
+        WORKER_OF.get() == self.id
+    }
+
+    /// What `submit` and `map` check first, in `ThreadPoolExecutor`'s order:
+    /// forked, broken, shut down.
+    pub(crate) fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+        check_gen(self.gen_)?;
+        if let Some(err) = self.broken_error(py) {
+            return Err(err);
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(shutdown_error());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn broken_error(&self, py: Python<'_>) -> Option<PyErr> {
+        let msg = self.broken.get()?;
+        Some(match py.import("concurrent.futures.thread").and_then(|m| m.getattr("BrokenThreadPool")) {
+            Ok(cls) => match cls.call1((msg.as_str(),)) {
+                Ok(exc) => PyErr::from_value(exc),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        })
+    }
+
+    /// Runs `f` attached to Python on behalf of this pool: on a worker, makes
+    /// sure the thread has its persistent state and ran the per-thread init.
+    /// Returns false (dropping `f` unrun) if the interpreter is gone.
+    pub(crate) fn run_python<F>(&self, f: F) -> bool
+    where
+        F: for<'py> FnOnce(Python<'py>),
+    {
+        let on_worker = self.is_worker_here();
+        if on_worker {
+            ensure_thread_state();
+        }
+        Python::try_attach(|py| {
+            if on_worker && !INIT_DONE.get() {
+                INIT_DONE.set(true);
+                self.run_worker_init(py);
+            }
+            f(py)
+        })
+        .is_some()
+    }
+
+    fn run_worker_init(&self, py: Python<'_>) {
+        let Some(init) = &self.worker_init else { return };
+        let index = wspool::current_index().unwrap_or(0);
+        // The Python side logs the initializer's exception, as ThreadPoolExecutor does.
+        if init.bind(py).call1((index,)).is_err() {
+            let _ = self.broken.set("A thread initializer failed, the thread pool is not usable anymore".to_owned());
+        }
+    }
+}
+
+/// The pool and its Python-facing state, shared by `Core`, `Group` and
+/// `Serial` objects. Dropping the last one shuts the pool down (drain) and
+/// joins it on a background thread, never while holding the GIL.
+pub(crate) struct Owner {
+    pub(crate) pool: ManuallyDrop<Pool>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // SAFETY: `pool` is taken exactly once, here.
+        let pool = unsafe { ManuallyDrop::take(&mut self.pool) };
+        if self.shared.gen_ != current_gen() {
+            // Inherited through fork(): the threads are gone; never join them.
+            std::mem::forget(pool);
+            return;
+        }
+        let _ = pool.shutdown(Shutdown::Drain, Some(Duration::ZERO));
+        let pool = ManuallyDrop::new(pool);
+        REAPERS.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new().name("wspool-reaper".into()).spawn(move || {
+            drop(ManuallyDrop::into_inner(pool));
+            REAPERS.fetch_sub(1, Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            // No thread to join it on: leak the pool (its threads keep running
+            // queued work) rather than block here, possibly holding the GIL.
+            REAPERS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn parse_growth(s: &str) -> PyResult<Growth> {
+    Ok(match s {
+        "adaptive" => Growth::Adaptive,
+        "scale_first" => Growth::ScaleFirst,
+        "queue_first" => Growth::QueueFirst,
+        "fixed" => Growth::Fixed,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "growth must be one of 'adaptive', 'scale_first', 'queue_first', 'fixed', not {s:?}"
+            )));
+        }
+    })
+}
+
+fn parse_reject(s: &str) -> PyResult<Reject> {
+    Ok(match s {
+        "abort" => Reject::Abort,
+        "caller_runs" => Reject::CallerRuns,
+        "block" => Reject::Block,
+        "discard_oldest" => Reject::DiscardOldest,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "reject must be one of 'abort', 'caller_runs', 'block', 'discard_oldest', not {s:?}"
+            )));
+        }
+    })
+}
+
+/// One wspool pool. Use `wspool.Pool`, which wraps it in a `concurrent.futures.Executor`.
+#[pyclass(module = "wspool._wspool", frozen)]
+pub(crate) struct Core {
+    owner: Arc<Owner>,
+}
+
+impl Core {
+    fn live(&self) -> PyResult<&Owner> {
+        check_gen(self.owner.shared.gen_)?;
+        Ok(&self.owner)
+    }
+}
+
+#[pymethods]
+impl Core {
+    #[new]
+    #[pyo3(signature = (*, future_cls, name, min_threads, max_threads, queue_capacity, growth, reject, keep_alive, spin_max_us=None, worker_init=None, stack_size=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        future_cls: Py<PyAny>,
+        name: String,
+        min_threads: usize,
+        max_threads: usize,
+        queue_capacity: usize,
+        growth: &str,
+        reject: &str,
+        keep_alive: f64,
+        spin_max_us: Option<u32>,
+        worker_init: Option<Py<PyAny>>,
+        stack_size: Option<usize>,
+    ) -> PyResult<Self> {
+        let growth = parse_growth(growth)?;
+        let reject = parse_reject(reject)?;
+        if !keep_alive.is_finite() || keep_alive <= 0.0 {
+            return Err(PyValueError::new_err(format!(
+                "keep_alive must be a positive number of seconds, not {keep_alive}"
+            )));
+        }
+        let keep_alive =
+            Duration::try_from_secs_f64(keep_alive).map_err(|_| PyValueError::new_err("keep_alive is out of range"))?;
+        if let Some(init) = &worker_init
+            && !init.bind(py).is_callable()
+        {
+            return Err(PyTypeError::new_err("worker_init must be callable"));
+        }
+        let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
+        let mut builder = Pool::builder()
+            .name(name)
+            .min_threads(min_threads)
+            .max_threads(max_threads)
+            .queue_capacity(queue_capacity)
+            .growth(growth)
+            .reject(reject)
+            .keep_alive(keep_alive)
+            // Python code runs behind the GIL: one core at most. With this
+            // cap the starvation monitor stops adding threads once the
+            // process keeps a core busy, so threads queued on the GIL do
+            // not read as starvation.
+            .cpu_parallelism(1)
+            .on_thread_start(move |_| WORKER_OF.set(id))
+            .on_thread_stop(|_| release_thread_state());
+        if let Some(us) = spin_max_us {
+            builder = builder.spin_max_us(us);
+        }
+        if let Some(bytes) = stack_size {
+            builder = builder.stack_size(bytes);
+        }
+        let pool = py.detach(move || builder.build()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            id,
+            gen_: current_gen(),
+            worker_init,
+            broken: OnceLock::new(),
+            closed: AtomicBool::new(false),
+            future_cls,
+            submit_may_block: matches!(reject, Reject::Block | Reject::BlockFor(_) | Reject::CallerRuns),
+            queue_capacity,
+        });
+        Ok(Core { owner: Arc::new(Owner { pool: ManuallyDrop::new(pool), shared }) })
+    }
+
+    /// Queues `fn(*args, **kwargs)`; returns its `concurrent.futures.Future`.
+    #[pyo3(signature = (fn_, /, *args, **kwargs))]
+    fn submit<'py>(
+        &self,
+        py: Python<'py>,
+        fn_: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let owner = self.live()?;
+        submit_call(py, &owner.shared, Target::Pool(&owner.pool), fn_, args, kwargs)
+    }
+
+    /// `Executor.map`: calls `fn(*args)` for each tuple of `arg_tuples`, `chunksize` calls per task.
+    #[pyo3(signature = (fn_, arg_tuples, chunksize, timeout))]
+    fn map(
+        &self,
+        py: Python<'_>,
+        fn_: Py<PyAny>,
+        arg_tuples: &Bound<'_, PyAny>,
+        chunksize: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<MapIter> {
+        start_map(py, &self.owner, fn_, arg_tuples, chunksize, timeout)
+    }
+
+    /// Stops accepting work. `wait`: block (GIL released, Ctrl-C honoured)
+    /// until queued and running tasks finish. `cancel_futures`: drop queued
+    /// tasks unrun and cancel their futures.
+    #[pyo3(signature = (wait = true, cancel_futures = false))]
+    fn shutdown(&self, py: Python<'_>, wait: bool, cancel_futures: bool) -> PyResult<()> {
+        if self.owner.shared.gen_ != current_gen() {
+            return Ok(()); // nothing of it runs in this process
+        }
+        self.owner.shared.closed.store(true, Ordering::SeqCst);
+        let pool: &Pool = &self.owner.pool;
+        let mode = if cancel_futures { Shutdown::Cancel } else { Shutdown::Drain };
+        if cancel_futures && !self.owner.shared.is_worker_here() {
+            // ThreadPoolExecutor's threads take queued calls as they are
+            // submitted, so there `cancel_futures` cancels only what no idle
+            // thread could take. Match that: let idle workers, already woken
+            // for it, take what they can first (a second at most: a hang guard).
+            let taken = || {
+                let s = pool.stats();
+                s.idle_threads == 0 || s.queued == 0
+            };
+            wait_released(py, Some(1.0), Some(&taken), |t| poll_until(&taken, t))?;
+        }
+        if !wait || self.owner.shared.is_worker_here() {
+            // A task cannot wait for its own pool to drain: it would wait for itself.
+            let _ = py.detach(|| pool.shutdown(mode, Some(Duration::ZERO)));
+            return Ok(());
+        }
+        wait_released(py, None, None, |slice| pool.shutdown(mode, slice).is_ok()).map(|_| ())
+    }
+
+    /// A snapshot of the pool's counters.
+    fn stats(&self) -> PyResult<Stats> {
+        Ok(Stats::from(self.live()?.pool.stats()))
+    }
+
+    /// A task group on this pool.
+    fn group(&self) -> PyResult<Group> {
+        let owner = self.live()?;
+        Ok(Group { group: ForkLocal::new(owner.pool.group(), owner.shared.gen_), owner: self.owner.clone() })
+    }
+
+    /// A serial queue on this pool.
+    fn serial(&self) -> PyResult<Serial> {
+        let owner = self.live()?;
+        Ok(Serial { serial: ForkLocal::new(owner.pool.serial(), owner.shared.gen_), owner: self.owner.clone() })
+    }
+
+    /// True on this pool's worker threads.
+    fn is_pool_thread(&self) -> bool {
+        self.owner.shared.is_worker_here()
+    }
+
+    /// True once shutdown started.
+    #[getter]
+    fn is_shutdown(&self) -> bool {
+        self.owner.shared.gen_ != current_gen()
+            || self.owner.shared.closed.load(Ordering::SeqCst)
+            || self.owner.pool.is_shutdown()
+    }
+
+    /// True in a child process that inherited this pool through fork().
+    #[getter]
+    fn forked(&self) -> bool {
+        self.owner.shared.gen_ != current_gen()
+    }
+
+    /// The message of the pool's BrokenThreadPool, if an initializer failed.
+    #[getter]
+    fn broken(&self) -> Option<String> {
+        self.owner.shared.broken.get().cloned()
+    }
+}
+
+/// A set of tasks to wait for together (`pool.group()`).
+#[pyclass(module = "wspool._wspool", frozen)]
+pub(crate) struct Group {
+    group: ForkLocal<wspool::Group>,
+    owner: Arc<Owner>,
+}
+
+#[pymethods]
+impl Group {
+    /// Queues `fn(*args, **kwargs)` as part of this group; returns its Future.
+    #[pyo3(signature = (fn_, /, *args, **kwargs))]
+    fn submit<'py>(
+        &self,
+        py: Python<'py>,
+        fn_: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        submit_call(py, &self.owner.shared, Target::Group(&self.group), fn_, args, kwargs)
+    }
+
+    /// Waits until every task of the group finished; False on timeout.
+    /// Never runs other tasks on the waiting thread.
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        check_gen(self.owner.shared.gen_)?;
+        let group: &wspool::Group = &self.group;
+        wait_released(py, timeout, Some(&|| group.pending() == 0), |t| group.wait_for(t))
+    }
+
+    /// Tasks of the group not finished yet.
+    #[getter]
+    fn pending(&self) -> PyResult<usize> {
+        check_gen(self.owner.shared.gen_)?;
+        Ok(self.group.pending())
+    }
+}
+
+/// A FIFO queue whose tasks run one at a time, in order (`pool.serial()`).
+#[pyclass(module = "wspool._wspool", frozen)]
+pub(crate) struct Serial {
+    serial: ForkLocal<wspool::SerialQueue>,
+    owner: Arc<Owner>,
+}
+
+#[pymethods]
+impl Serial {
+    /// Queues `fn(*args, **kwargs)` behind the queue's earlier tasks; returns its Future.
+    #[pyo3(signature = (fn_, /, *args, **kwargs))]
+    fn submit<'py>(
+        &self,
+        py: Python<'py>,
+        fn_: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        submit_call(py, &self.owner.shared, Target::Serial(&self.serial), fn_, args, kwargs)
+    }
+
+    /// Tasks queued or running.
+    #[getter]
+    fn pending(&self) -> PyResult<usize> {
+        check_gen(self.owner.shared.gen_)?;
+        Ok(self.serial.pending())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stats, blocking, module functions
+// ---------------------------------------------------------------------------
+
+macro_rules! stats_class {
+    ($($field:ident : $ty:ty),* $(,)?) => {
+        /// A snapshot of a pool's counters (the fields of the C `wspool_stats`).
+        #[pyclass(module = "wspool._wspool", frozen, get_all)]
+        #[derive(Clone)]
+        pub(crate) struct Stats { $($field: $ty),* }
+
+        impl From<wspool::Stats> for Stats {
+            fn from(s: wspool::Stats) -> Self {
+                Stats { $($field: s.$field),* }
+            }
+        }
+
+        #[pymethods]
+        impl Stats {
+            /// The counters as a dict.
+            fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+                let d = PyDict::new(py);
+                $(d.set_item(stringify!($field), self.$field)?;)*
+                Ok(d)
+            }
+
+            fn __repr__(&self) -> String {
+                let mut s = String::from("wspool.Stats(");
+                $(s.push_str(&format!("{}={}, ", stringify!($field), self.$field));)*
+                s.truncate(s.len() - 2);
+                s.push(')');
+                s
+            }
+        }
+    };
+}
+
+stats_class!(
+    threads: u32,
+    idle_threads: u32,
+    blocked_threads: u32,
+    peak_threads: u32,
+    submitted: u64,
+    completed: u64,
+    rejected: u64,
+    cancelled: u64,
+    panicked: u64,
+    local_pops: u64,
+    global_pops: u64,
+    steals: u64,
+    spin_hits: u64,
+    spin_misses: u64,
+    spin_threshold_ns: u32,
+    threads_started: u64,
+    threads_retired: u64,
+    starvation_injections: u64,
+    queued: u64,
+    queue_delay_p50_ns: u64,
+    queue_delay_p99_ns: u64,
+    queue_delay_max_ns: u64,
+    spawn_failures: u64,
+);
+
+/// `with wspool.blocking(): ...` marks code that blocks for real (I/O, a
+/// foreign lock, `time.sleep`): on a pool thread of a pool that may grow,
+/// the pool lends a compensating thread at once, so queued work keeps
+/// running; a fixed pool (the default) lends none, keeping its bound. Off
+/// the pool it does nothing. Nests.
+#[pyclass(module = "wspool._wspool", name = "blocking")]
+pub(crate) struct Blocking {
+    depth: usize,
+}
+
+#[pymethods]
+impl Blocking {
+    #[new]
+    fn new() -> Self {
+        Blocking { depth: 0 }
+    }
+
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyRefMut<'_, Self> {
+        wspool::blocking_begin();
+        slf.depth += 1;
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
+        if self.depth > 0 {
+            self.depth -= 1;
+            wspool::blocking_end();
+        }
+        false
+    }
+}

@@ -1,0 +1,204 @@
+//! How a Python thread waits on the pool: always with the GIL released.
+//!
+//! Off the pool a waiter first spins briefly (a round trip to a spinning
+//! worker is a few microseconds; parking costs tens), then parks in slices
+//! and checks for signals between them. Workers debounce the GIL hand-off
+//! (`handoff_debounce`). This spin-while-waiting logic is binding-local; it
+//! could move into the core's `TaskHandle` wait.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// How long one slice of an interruptible wait lasts: the bound on how late
+/// Ctrl-C is noticed by a thread waiting on the pool.
+pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(50);
+/// Bumped whenever a Python thread releases the GIL to wait on the pool
+/// (see `handoff_debounce`).
+pub(crate) static WAIT_EPOCH: AtomicU64 = AtomicU64::new(0);
+/// One worker at a time may debounce the GIL hand-off.
+static HANDOFF_SPINNER: AtomicBool = AtomicBool::new(false);
+
+/// Converts a Python timeout (seconds, None = forever) to a deadline.
+pub(crate) fn deadline_of(timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_nan() => Err(PyValueError::new_err("timeout must be a number, not NaN")),
+        Some(t) if t <= 0.0 => Ok(Some(Instant::now())),
+        Some(t) => Ok(Instant::now().checked_add(Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX))),
+    }
+}
+
+pub(crate) fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+/// Waits with the GIL released until `done(slice)` says the awaited thing
+/// finished or the deadline passes. The wait runs in slices with a signal
+/// check between them, so Ctrl-C interrupts it; off the pool a short spin
+/// on `probe` comes first. On a pool thread (of any wspool pool) the wait is
+/// a blocking region: a pool allowed to grow lends a thread meanwhile, and
+/// the core's waits inside it run no other task on this thread (nor do its
+/// timed waits: every wait here is a timed slice).
+pub(crate) fn wait_released<F>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    probe: Option<&(dyn Fn() -> bool + Sync)>,
+    done: F,
+) -> PyResult<bool>
+where
+    F: Fn(Option<Duration>) -> bool + Sync,
+{
+    let deadline = deadline_of(timeout)?;
+    let on_pool = wspool::current_index().is_some();
+    if !on_pool
+        && let Some(probe) = probe
+        && py.detach(|| {
+            WAIT_EPOCH.fetch_add(1, Ordering::SeqCst);
+            spin_until(probe, remaining(deadline))
+        })
+    {
+        return Ok(true);
+    }
+    loop {
+        let slice = remaining(deadline).map_or(SIGNAL_SLICE, |r| r.min(SIGNAL_SLICE));
+        let finished = py.detach(|| {
+            WAIT_EPOCH.fetch_add(1, Ordering::SeqCst);
+            if on_pool { wspool::blocking(|| done(Some(slice))) } else { done(Some(slice)) }
+        });
+        if finished {
+            return Ok(true);
+        }
+        py.check_signals()?;
+        if let Some(d) = deadline
+            && Instant::now() >= d
+        {
+            return Ok(false);
+        }
+    }
+}
+
+/// The longest a waiting thread spins (GIL released) before it parks. A
+/// round trip to a spinning worker takes a few microseconds; parking and
+/// being woken costs tens (much more when the CPU has gone idle), so short
+/// tasks are awaited spinning. `WSPOOL_WAIT_SPIN_US` overrides it (0: never).
+fn spin_limit() -> Duration {
+    static LIMIT: OnceLock<Duration> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let us = std::env::var("WSPOOL_WAIT_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50u64);
+        Duration::from_micros(us)
+    })
+}
+
+/// Whether waiters spin at all, learnt like the core's debounce (seed 004):
+/// the outcomes of the last 16 spins (1 = the task finished while we spun).
+/// A spin only pays when the awaited worker runs on another CPU at the same
+/// time; when both share one (a loaded machine), spinning just delays it.
+/// So more than four misses among the last 16 turn spinning off; then one
+/// wait in 32 still spins, to notice when spinning would pay again.
+static SPIN_RING: AtomicU32 = AtomicU32::new(u32::MAX);
+static SPIN_TRIES: AtomicU32 = AtomicU32::new(0);
+
+fn spin_worthwhile() -> bool {
+    (!SPIN_RING.load(Ordering::Relaxed) & 0xffff).count_ones() <= 4
+        || SPIN_TRIES.fetch_add(1, Ordering::Relaxed).is_multiple_of(32)
+}
+
+fn record_spin(hit: bool) {
+    // Racy read-modify-write on purpose: an occasional lost update only
+    // nudges a heuristic.
+    let ring = SPIN_RING.load(Ordering::Relaxed);
+    SPIN_RING.store((ring << 1) | u32::from(hit), Ordering::Relaxed);
+}
+
+/// GIL hand-off debounce. A worker picks up a freshly submitted task in
+/// about a microsecond, while the submitting thread still holds the GIL on
+/// its way to `result()`. Attaching at once would put the worker to sleep on
+/// the GIL's condition variable and cost a full wake-up when the submitter
+/// releases it a moment later. So a worker that got a task submitted within
+/// the last few microseconds first spins (one worker at a time, bounded)
+/// until some thread enters a pool wait, which happens right after that
+/// thread released the GIL.
+pub(crate) fn handoff_debounce(submitted: Instant, epoch: u64, submit_cpu: i32) {
+    static LIMIT: OnceLock<Duration> = OnceLock::new();
+    let limit = *LIMIT.get_or_init(|| {
+        let us = std::env::var("WSPOOL_HANDOFF_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(20u64);
+        Duration::from_micros(us)
+    });
+    if submitted.elapsed() >= limit || WAIT_EPOCH.load(Ordering::SeqCst) != epoch {
+        return;
+    }
+    if submit_cpu >= 0 && current_cpu() == submit_cpu {
+        // Woken onto the submitter's own CPU: spinning would only keep the
+        // submitter from reaching its wait.
+        return;
+    }
+    if HANDOFF_SPINNER.swap(true, Ordering::Acquire) {
+        return;
+    }
+    while WAIT_EPOCH.load(Ordering::SeqCst) == epoch && submitted.elapsed() < limit {
+        for _ in 0..16 {
+            std::hint::spin_loop();
+        }
+    }
+    HANDOFF_SPINNER.store(false, Ordering::Release);
+}
+
+/// The CPU this thread runs on now, or -1 where that is unknown.
+pub(crate) fn current_cpu() -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: no arguments, no memory touched; -1 on failure.
+        unsafe { libc::sched_getcpu() }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        -1
+    }
+}
+
+/// Spins (GIL released by the caller) until `probe()` or the spin limit.
+fn spin_until(probe: &(dyn Fn() -> bool + Sync), left: Option<Duration>) -> bool {
+    let limit = left.map_or(spin_limit(), |l| l.min(spin_limit()));
+    if limit.is_zero() || !spin_worthwhile() {
+        return false;
+    }
+    let hit = spin_for(probe, limit);
+    record_spin(hit);
+    hit
+}
+
+fn spin_for(probe: &(dyn Fn() -> bool + Sync), limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
+        if probe() {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+    }
+}
+
+/// Waits for `probe()` by sleeping in growing steps (50 µs to 2 ms), for
+/// at most `limit`: for conditions the core has no wait for (pool stats).
+pub(crate) fn poll_until(probe: &(dyn Fn() -> bool + Sync), limit: Option<Duration>) -> bool {
+    let deadline = limit.map(|l| Instant::now() + l);
+    let mut step = Duration::from_micros(50);
+    loop {
+        if probe() {
+            return true;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        std::thread::sleep(remaining(deadline).map_or(step, |r| r.min(step)));
+        step = (step * 2).min(Duration::from_millis(2));
+    }
+}
