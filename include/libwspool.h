@@ -63,7 +63,9 @@
 #define WSPOOL_ETIMEDOUT -4
 
 /**
- * The task was cancelled before it started (its `on_cancel` was called).
+ * The task was cancelled before it started. From `wspool_task_wait`: its `on_cancel` has returned.
+ * From `wspool_task_cancel`: someone else cancelled it first (another caller, shutdown CANCEL or
+ * DISCARD_OLDEST), whose `on_cancel` call may still be running.
  */
 #define WSPOOL_ECANCELLED -5
 
@@ -133,6 +135,18 @@
 #define WSPOOL_REJECT_DISCARD_OLDEST 3
 
 /**
+ * Size of the first published `wspool_config` layout (up to and including `hook_ctx`):
+ * the smallest `struct_size` accepted.
+ */
+#define WSPOOL_CONFIG_MIN_SIZE 72
+
+/**
+ * The smallest non-zero `stack_size` accepted (64 KiB): less leaves a task
+ * too little room once the thread's own frames are on it.
+ */
+#define WSPOOL_STACK_SIZE_MIN (64 * 1024)
+
+/**
  * Shutdown: refuse new tasks, run every accepted one, stop the threads.
  */
 #define WSPOOL_SHUTDOWN_DRAIN 0
@@ -141,6 +155,17 @@
  * Shutdown: refuse new tasks, cancel the queued ones (their `on_cancel` is called), let running ones finish.
  */
 #define WSPOOL_SHUTDOWN_CANCEL 1
+
+/**
+ * Submit flag: push to the pool's global queue even from a pool thread (fairness over locality).
+ */
+#define WSPOOL_SUBMIT_GLOBAL 1
+
+/**
+ * Size of the first published `wspool_submit_opts` layout (up to `on_cancel`): the smallest
+ * `struct_size` accepted.
+ */
+#define WSPOOL_SUBMIT_OPTS_MIN_SIZE 32
 
 /**
  * Task state: queued, not started.
@@ -158,25 +183,10 @@
 #define WSPOOL_TASK_DONE 2
 
 /**
- * Task state: dropped unrun (its `on_cancel` was called).
+ * Task state: dropped unrun. It turns CANCELLED as the cancellation begins: the `on_cancel`
+ * call may still be running (`wspool_task_wait` returns only after it has returned).
  */
 #define WSPOOL_TASK_CANCELLED 3
-
-/**
- * Submit flag: push to the pool's global queue even from a pool thread (fairness over locality).
- */
-#define WSPOOL_SUBMIT_GLOBAL 1
-
-/**
- * Size of the first published `wspool_config` layout (up to and including `hook_ctx`):
- * the smallest `struct_size` accepted.
- */
-#define WSPOOL_CONFIG_MIN_SIZE 72
-
-/**
- * Size of the first published `wspool_submit_opts` layout: the smallest `struct_size` accepted.
- */
-#define WSPOOL_SUBMIT_OPTS_MIN_SIZE 32
 
 /**
  * Size of the first published `wspool_stats` layout (up to `queue_delay_max_ns`): the smallest accepted.
@@ -266,6 +276,13 @@ typedef struct wspool_config {
    * for room, in ms, before failing with `WSPOOL_EREJECTED`; 0 = as long as it takes.
    */
   uint32_t block_timeout_ms;
+  /**
+   * Added in 0.1 after the first layout: stack size of each worker thread in bytes; 0 = the
+   * default (Rust's, 2 MiB). Tasks run on it, and so do the tasks a waiting task runs while it
+   * helps. Values below `WSPOOL_STACK_SIZE_MIN` are `WSPOOL_EINVAL`; a size the operating system
+   * cannot provide makes `wspool_create` fail with `WSPOOL_ESPAWN`.
+   */
+  size_t stack_size;
 } wspool_config;
 
 /**
@@ -274,7 +291,8 @@ typedef struct wspool_config {
 typedef void (*wspool_fn)(void *arg);
 
 /**
- * Options for `wspool_submit_ex`. Fill with `wspool_submit_opts_init()`.
+ * Options for `wspool_submit_ex`, the same for every kind of submission. Fill with
+ * `wspool_submit_opts_init()`. New fields are only ever added at the end.
  */
 typedef struct wspool_submit_opts {
   /**
@@ -286,14 +304,23 @@ typedef struct wspool_submit_opts {
    */
   uint32_t flags;
   /**
-   * Optional: the task counts toward this group (which must belong to the same pool).
+   * Optional: the task counts toward this group, which must have been created on the same
+   * pool (else `WSPOOL_EINVAL`).
    */
   struct wspool_group *group;
   /**
    * Optional: called exactly once with `arg` if the accepted task is dropped unrun
-   * (cancel, shutdown CANCEL, DISCARD_OLDEST). Never called for a refused submission.
+   * (`wspool_task_cancel`, shutdown CANCEL, DISCARD_OLDEST), on the thread that drops it, and
+   * the pool's ownership of `arg` ends when it returns. Never called for a refused submission.
    */
   wspool_fn on_cancel;
+  /**
+   * Added in 0.1 after the first layout. Optional: the task runs on this serial queue (FIFO,
+   * one at a time), which must have been created on the same pool (else `WSPOOL_EINVAL`).
+   * It may be combined with `group`. `WSPOOL_SUBMIT_GLOBAL` changes nothing for it: serial
+   * tasks always take their turn through the global queue.
+   */
+  struct wspool_serial *serial;
 } wspool_submit_opts;
 
 /**
@@ -433,7 +460,10 @@ int wspool_config_init_sized(struct wspool_config *cfg, size_t size);
 
 /**
  * Creates a pool (`cfg` NULL = defaults) and stores it in `*out` (NULL on failure).
- * Bad values are `WSPOOL_EINVAL` with a message; a refused thread start is `WSPOOL_ESPAWN`.
+ * Bad values are `WSPOOL_EINVAL` with a message. When the operating system refuses to start one
+ * of its `min_threads` threads (`RLIMIT_NPROC`, address space, a `stack_size` it cannot map),
+ * the call fails with `WSPOOL_ESPAWN` and the OS's reason in `wspool_last_error()`, never with
+ * `WSPOOL_EINVAL`; the threads already started are stopped.
  */
 int wspool_create(const struct wspool_config *cfg, struct wspool **out);
 
@@ -442,6 +472,11 @@ int wspool_create(const struct wspool_config *cfg, struct wspool **out);
  * `WSPOOL_SHUTDOWN_CANCEL`, cancels the queued ones (calling their `on_cancel`). Waits up to
  * `timeout_ms` (-1 = forever, 0 = do not wait) for the threads to finish: `WSPOOL_ETIMEDOUT` if they
  * have not (the shutdown carries on; call again to wait more). Idempotent.
+ *
+ * A closing point: when it returns `WSPOOL_OK`, every task the pool accepted (through any submit
+ * function, racing submissions included) has run, or has been cancelled with its `on_cancel`
+ * called and returned, and every waiter has returned or will return without further help. A
+ * submission that loses the race gets `WSPOOL_ESHUTDOWN` and the caller keeps its `arg`.
  */
 int wspool_shutdown(struct wspool *pool, int mode, int64_t timeout_ms);
 
@@ -454,8 +489,9 @@ int wspool_shutdown(struct wspool *pool, int mode, int64_t timeout_ms);
 void wspool_destroy(struct wspool *pool);
 
 /**
- * Submits `fn(arg)`. On `WSPOOL_OK` the pool owns `arg` until the task runs; on any error the
- * caller keeps it. From a pool thread the task goes to that thread's own deque.
+ * Submits `fn(arg)`. On `WSPOOL_OK` the pool owns `arg` until `fn(arg)` returns; on any error the
+ * caller keeps it and `fn` is never called. From a pool thread the task goes to that thread's
+ * own deque. (For an `on_cancel`, a task handle, a group or a serial queue use `wspool_submit_ex`.)
  */
 int wspool_submit(struct wspool *pool, wspool_fn fn, void *arg);
 
@@ -472,30 +508,39 @@ void wspool_submit_opts_init(struct wspool_submit_opts *opts);
 int wspool_submit_opts_init_sized(struct wspool_submit_opts *opts, size_t size);
 
 /**
- * Submits `fn(arg)` with options (`opts` NULL = defaults) and, when `out_task` is not NULL,
- * stores a task handle there (NULL on failure) to wait for, cancel or query the task; release it
- * with `wspool_task_release`. Ownership of `arg` as for `wspool_submit`; `opts->on_cancel` is
- * called exactly once if the accepted task is dropped unrun, never for a refused submission.
+ * Submits `fn(arg)` with options (`opts` NULL = defaults): on the pool, on `opts->serial`, and/or
+ * counted in `opts->group`. When `out_task` is not NULL it stores a task handle there (NULL on
+ * failure) to wait for, cancel or query the task; release it with `wspool_task_release`.
+ *
+ * Ownership of `arg`: on `WSPOOL_OK` the pool owns it until either `fn(arg)` or
+ * `opts->on_cancel(arg)` returns — exactly one of the two is called, once, whatever happens later
+ * (cancel, shutdown in either mode, DISCARD_OLDEST). On any error the caller keeps it and neither
+ * is called. A task accepted without `on_cancel` that is dropped unrun leaves `arg` to the caller.
  */
 int wspool_submit_ex(struct wspool *pool, wspool_fn fn, void *arg, const struct wspool_submit_opts *opts, struct wspool_task **out_task);
 
 /**
  * Fork-join without allocation: runs `a(arg_a)` on the caller and offers `b(arg_b)` to other
  * workers, running it itself if nobody took it; returns when both are done. On a thread that
- * is not one of the pool's it submits `b` and helps or waits as needed.
+ * is not one of the pool's it submits `b` and helps or waits as needed. `arg_a` and `arg_b`
+ * stay the caller's: both calls have returned when `wspool_join` returns.
  */
 int wspool_join(struct wspool *pool, wspool_fn a, void *arg_a, wspool_fn b, void *arg_b);
 
 /**
  * Waits up to `timeout_ms` (-1 = forever, 0 = poll) for the task: `WSPOOL_OK` once it ran,
- * `WSPOOL_ECANCELLED` if it was cancelled, `WSPOOL_ETIMEDOUT` if still pending or running.
- * On a pool thread it runs other tasks while waiting.
+ * `WSPOOL_ECANCELLED` once it was cancelled and its `on_cancel` returned, `WSPOOL_ETIMEDOUT` if
+ * still pending or running. On a pool thread it runs other tasks while waiting.
  */
 int wspool_task_wait(struct wspool_task *t, int64_t timeout_ms);
 
 /**
- * Cancels the task if it has not started: `WSPOOL_OK`, and its `on_cancel(arg)` is called (once,
- * even when cancel is called again); `WSPOOL_EBUSY` if it is running or done.
+ * Cancels the task if it has not started. Of all the callers that race to cancel one pending
+ * task, exactly one gets `WSPOOL_OK`, and only after the task's `on_cancel(arg)` (called once, by
+ * that caller's thread) has returned: that caller may then free `arg`. Every other caller gets
+ * `WSPOOL_ECANCELLED` — also when the task was cancelled by a shutdown (CANCEL) or DISCARD_OLDEST —
+ * and must not assume `on_cancel` has returned yet (`wspool_task_wait` does). `WSPOOL_EBUSY`: the
+ * task is running or done.
  */
 int wspool_task_cancel(struct wspool_task *t);
 
@@ -515,14 +560,18 @@ void wspool_task_release(struct wspool_task *t);
 int wspool_group_create(struct wspool *pool, struct wspool_group **out);
 
 /**
- * Submits `fn(arg)` as part of the group; ownership of `arg` as for `wspool_submit`.
- * (For `on_cancel` use `wspool_submit_ex` with `opts.group`.)
+ * Submits `fn(arg)` to the group's pool, counted in the group: shorthand for `wspool_submit_ex`
+ * with `opts.group = g` and no `on_cancel`. Ownership of `arg` as for `wspool_submit`: on
+ * `WSPOOL_OK` the pool owns it until `fn(arg)` returns; on any error the caller keeps it. A task
+ * accepted here and dropped unrun (shutdown CANCEL, DISCARD_OLDEST) leaves `arg` to the caller:
+ * use `wspool_submit_ex` with `opts.on_cancel` to be told.
  */
 int wspool_group_submit(struct wspool_group *g, wspool_fn fn, void *arg);
 
 /**
  * Waits up to `timeout_ms` (-1 = forever, 0 = poll) until every task of the group has finished
- * (`WSPOOL_OK`) or `WSPOOL_ETIMEDOUT`. On a pool thread it runs other tasks while waiting.
+ * (ran, or was cancelled and its `on_cancel` returned): `WSPOOL_OK`, else `WSPOOL_ETIMEDOUT`.
+ * On a pool thread it runs other tasks while waiting.
  */
 int wspool_group_wait(struct wspool_group *g, int64_t timeout_ms);
 
@@ -539,7 +588,11 @@ void wspool_group_destroy(struct wspool_group *g);
 int wspool_serial_create(struct wspool *pool, struct wspool_serial **out);
 
 /**
- * Appends `fn(arg)` to the serial queue; ownership of `arg` as for `wspool_submit`.
+ * Appends `fn(arg)` to the serial queue: shorthand for `wspool_submit_ex` with `opts.serial = s`
+ * and no `on_cancel`. Ownership of `arg` as for `wspool_submit`: on `WSPOOL_OK` the pool owns it
+ * until `fn(arg)` returns; on any error the caller keeps it. A task accepted here and dropped
+ * unrun (shutdown CANCEL) leaves `arg` to the caller: use `wspool_submit_ex` with
+ * `opts.on_cancel` to be told.
  */
 int wspool_serial_submit(struct wspool_serial *s, wspool_fn fn, void *arg);
 
@@ -560,15 +613,15 @@ void wspool_blocking_begin(void);
 void wspool_blocking_end(void);
 
 /**
+ * The calling thread's worker index on a pool thread (any pool), else -1.
+ */
+int wspool_current_index(void);
+
+/**
  * Fills `*out` with a snapshot of the pool's counters. The caller sets `out->struct_size`
  * (`WSPOOL_EINVAL` if 0 or below `WSPOOL_STATS_MIN_SIZE`); no byte past it is written.
  */
 int wspool_stats_get(const struct wspool *pool, struct wspool_stats *out);
-
-/**
- * The calling thread's worker index on a pool thread (any pool), else -1.
- */
-int wspool_current_index(void);
 
 #ifdef __cplusplus
 }  // extern "C"

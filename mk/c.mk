@@ -34,7 +34,10 @@ CBINDGEN_RUN = $(CBINDGEN) -q --config cbindgen.toml --crate wspool-ffi ffi
 C_EXAMPLES := hello fork_join pipeline stats_watch
 C_EXAMPLE_BIN := examples-c/bin
 C_TEST_BIN := tests/c/bin
-C_TEST_SRC := tests/c/test_wspool.c tests/c/harness.h
+# The C test programs (one translation unit each, sharing tests/c/harness.h):
+# test_wspool covers every API function, test_lifecycle and test_shutdown the
+# lifecycle rules and races of issue 9.
+C_TESTS := test_wspool test_lifecycle test_shutdown
 C_SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 C_SAN_TSAN := -fsanitize=thread
 
@@ -44,7 +47,7 @@ DEMO_TARGETS += demo-c
 BENCH_TARGETS += bench-c
 
 .PHONY: c-lib c-build c-header c-header-check c-examples test-c test-c-header test-c-plain \
-        test-c-asan test-c-tsan test-c-valgrind test-c-install demo-c bench-c c-install install
+        test-c-asan test-c-tsan test-c-valgrind test-c-install c-test-bins demo-c bench-c c-install install
 
 # ---------------------------------------------------------------- library ---
 
@@ -101,45 +104,52 @@ test-c-header: c-header-check
 	$(C_CC) -std=c11 $(C_WARN) -fsyntax-only -x c $(C_HEADER)
 	$(C_CXX) -std=c++11 $(C_WARN) -fsyntax-only -x c++ $(C_HEADER)
 
-$(C_TEST_BIN)/test_wspool: $(C_TEST_SRC) $(C_HEADER) c-build
-	@mkdir -p $(C_TEST_BIN)
-	$(C_CC) $(C_CFLAGS) -O1 -Itests/c tests/c/test_wspool.c -o $@ $(C_LINK)
+# $(call c_test_build,SUFFIX,FLAGS): every C test program as $(C_TEST_BIN)/NAME$(SUFFIX).
+c_test_build = for t in $(C_TESTS); do \
+	  $(C_CC) $(C_CFLAGS) -O1 $(2) -Itests/c tests/c/$$t.c -o $(C_TEST_BIN)/$${t}$(1) $(C_LINK) || exit 1; done
 
-test-c-plain: c-lib $(C_TEST_BIN)/test_wspool
-	$(C_TEST_BIN)/test_wspool
+c-test-bins: c-build
+	@mkdir -p $(C_TEST_BIN)
+	$(call c_test_build,,)
+
+test-c-plain: c-lib c-test-bins
+	for t in $(C_TESTS); do $(C_TEST_BIN)/$$t || exit 1; done
 
 test-c-asan: c-lib
 	@mkdir -p $(C_TEST_BIN)
-	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_ASAN) -Itests/c tests/c/test_wspool.c -o $(C_TEST_BIN)/test_wspool_asan $(C_LINK)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  WSPOOL_TEST_SCALE=1 $(C_TEST_BIN)/test_wspool_asan
+	$(call c_test_build,_asan,$(C_SAN_ASAN))
+	for t in $(C_TESTS); do \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  WSPOOL_TEST_SCALE=1 $(C_TEST_BIN)/$${t}_asan || exit 1; done
 
 # tests/c/tsan.supp explains the suppression; the canary proves TSan still
 # sees a race in C code running on the pool.
 C_TSAN_OPTIONS := halt_on_error=1 die_after_fork=0 suppressions=$(abspath tests/c/tsan.supp)
 test-c-tsan: c-lib
 	@mkdir -p $(C_TEST_BIN)
-	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_TSAN) -Itests/c tests/c/test_wspool.c -o $(C_TEST_BIN)/test_wspool_tsan $(C_LINK)
+	$(call c_test_build,_tsan,$(C_SAN_TSAN))
 	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_TSAN) tests/c/tsan_canary.c -o $(C_TEST_BIN)/tsan_canary $(C_LINK)
-	TSAN_OPTIONS="$(C_TSAN_OPTIONS)" WSPOOL_TEST_SCALE=0.5 $(C_TEST_BIN)/test_wspool_tsan
+	for t in $(C_TESTS); do \
+	  TSAN_OPTIONS="$(C_TSAN_OPTIONS)" WSPOOL_TEST_SCALE=0.5 $(C_TEST_BIN)/$${t}_tsan || exit 1; done
 	@if TSAN_OPTIONS="$(C_TSAN_OPTIONS) exitcode=66" $(C_TEST_BIN)/tsan_canary > target/c-tsan-canary.log 2>&1; then \
 	  cat target/c-tsan-canary.log; echo "TSan canary: the race was NOT reported"; exit 1; fi
 	@grep -q "ThreadSanitizer: data race" target/c-tsan-canary.log \
 	  || { cat target/c-tsan-canary.log; echo "TSan canary failed without a race report"; exit 1; }
 	@echo "TSan canary: the deliberate race was reported (TSan is not blinded)"
 
-# valgrind: no error, no definite/indirect leak after wspool_destroy. The fork
-# test runs apart without leak checking: a forked child inherits memory that
-# only the parent's (absent) threads referenced.
+# valgrind: no error, no definite/indirect leak after wspool_destroy. Tests
+# that fork (named "fork") run apart without leak checking: a forked child
+# inherits memory that only the parent's (absent) threads referenced.
 C_VALGRIND := valgrind -q --error-exitcode=99 --fair-sched=yes --child-silent-after-fork=yes
-test-c-valgrind: c-lib $(C_TEST_BIN)/test_wspool
+test-c-valgrind: c-lib c-test-bins
 	@command -v valgrind >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y valgrind || { apt-get update && apt-get install -y valgrind; }; \
 	  else echo "valgrind is missing and we are not root: install it (apt-get install valgrind)"; exit 1; fi; }
-	WSPOOL_TEST_SCALE=0.25 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=full \
-	  --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
-	  $(C_TEST_BIN)/test_wspool -fork
-	WSPOOL_TEST_SCALE=0.25 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=no $(C_TEST_BIN)/test_wspool fork
+	for t in $(C_TESTS); do \
+	  WSPOOL_TEST_SCALE=0.25 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=full \
+	    --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
+	    $(C_TEST_BIN)/$$t -fork || exit 1; \
+	  WSPOOL_TEST_SCALE=0.25 WSPOOL_TEST_ALARM=900 $(C_VALGRIND) --leak-check=no $(C_TEST_BIN)/$$t fork || exit 1; done
 
 # An installed copy, used through pkg-config (shared and static) and CMake.
 C_ITEST := build/c-install-test

@@ -42,11 +42,7 @@ pub(crate) fn set_last_error(func: &str, msg: &str) {
 }
 
 pub(crate) fn last_error_ptr() -> *const c_char {
-    LAST_ERROR
-        .try_with(|e| e.borrow().as_ref().map(|c| c.as_ptr()))
-        .ok()
-        .flatten()
-        .unwrap_or(c"".as_ptr())
+    LAST_ERROR.try_with(|e| e.borrow().as_ref().map(|c| c.as_ptr())).ok().flatten().unwrap_or(c"".as_ptr())
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
@@ -322,4 +318,12 @@ pub(crate) unsafe fn copy_prefix<T>(src: *const T, dst: &mut T, n: usize) {
     debug_assert!(n <= std::mem::size_of::<T>());
     // SAFETY: per the contract; `dst` is a valid T of at least n bytes.
     unsafe { std::ptr::copy_nonoverlapping(src.cast::<u8>(), (dst as *mut T).cast::<u8>(), n) };
+}
+
+/// How many bytes of a caller's versioned struct to read or write: the end of
+/// the last whole field its `size` covers. `field_ends` lists, in order, the
+/// end of each published layout (the first is the smallest accepted size), so
+/// a field is never half-copied whatever size a caller passes.
+pub(crate) fn whole_fields(size: usize, field_ends: &[usize]) -> usize {
+    field_ends.iter().copied().take_while(|&end| end <= size).last().unwrap_or(0)
 }

@@ -1,5 +1,8 @@
-/* A tiny test harness for the C suite: CHECK macros usable from any thread,
- * a gate to hold workers, and polling helpers. Prints "N passed, M failed". */
+/* A tiny test harness shared by the C test programs (test_wspool.c,
+ * test_lifecycle.c, test_shutdown.c): CHECK macros usable from any thread, a
+ * gate to hold workers, polling helpers, accounted task slots, a hang guard.
+ * Each program is one translation unit, so everything here is static inline.
+ * Prints "N passed, M failed". */
 #ifndef WSPOOL_TEST_HARNESS_H
 #define WSPOOL_TEST_HARNESS_H
 
@@ -16,6 +19,10 @@
 #include <unistd.h>
 
 #include "libwspool.h"
+
+/* Longest a call that should return at once may take before it counts as a
+ * hang (generous: valgrind serialises every thread). */
+#define HANG_MS 30000
 
 /* A wait that must succeed uses this bound: a hang becomes a failure, never a
  * stuck CI job. It is not a timing assertion (nothing checks how long it took). */
@@ -54,36 +61,36 @@ typedef struct {
     atomic_int inside; /* how many reached the gate */
 } gate_t;
 
-static void gate_init(gate_t *g) {
+static inline void gate_init(gate_t *g) {
     pthread_mutex_init(&g->m, NULL);
     pthread_cond_init(&g->c, NULL);
     g->open = 0;
     atomic_init(&g->inside, 0);
 }
-static void gate_pass(gate_t *g) {
+static inline void gate_pass(gate_t *g) {
     atomic_fetch_add(&g->inside, 1);
     pthread_mutex_lock(&g->m);
     while (!g->open) pthread_cond_wait(&g->c, &g->m);
     pthread_mutex_unlock(&g->m);
 }
-static void gate_open(gate_t *g) {
+static inline void gate_open(gate_t *g) {
     pthread_mutex_lock(&g->m);
     g->open = 1;
     pthread_cond_broadcast(&g->c);
     pthread_mutex_unlock(&g->m);
 }
-static void gate_destroy(gate_t *g) {
+static inline void gate_destroy(gate_t *g) {
     pthread_mutex_destroy(&g->m);
     pthread_cond_destroy(&g->c);
 }
 
-static void sleep_ms(long ms) {
+static inline void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
 /* Polls until *v >= target (1) or MUST_MS passed (0). */
-static int wait_at_least(atomic_int *v, int target) {
+static inline int wait_at_least(atomic_int *v, int target) {
     for (long waited = 0; waited < MUST_MS; waited += 1) {
         if (atomic_load(v) >= target) return 1;
         sleep_ms(1);
@@ -93,15 +100,95 @@ static int wait_at_least(atomic_int *v, int target) {
 
 /* Size factor for loops: WSPOOL_TEST_SCALE (default 1.0; sanitizer and
  * valgrind runs use less). */
-static double test_scale(void) {
+static inline double test_scale(void) {
     const char *s = getenv("WSPOOL_TEST_SCALE");
     double v = s ? atof(s) : 1.0;
     return v > 0 ? v : 1.0;
 }
-static int scaled(int n) {
+static inline int scaled(int n) {
     int v = (int)(n * test_scale());
     return v < 1 ? 1 : v;
 }
+
+/* ---- wspool helpers shared by the C test programs ------------------------ */
+
+static inline void task_inc(void *arg) { atomic_fetch_add((atomic_long *)arg, 1); }
+static inline void task_gate(void *arg) { gate_pass((gate_t *)arg); }
+static inline void task_nop(void *arg) { (void)arg; }
+
+/* An accounted task: ran/cancelled counted per slot, so "exactly once" is checkable. */
+typedef struct {
+    atomic_int ran;
+    atomic_int cancelled;
+} slot_t;
+static inline void slot_run(void *a) { atomic_fetch_add(&((slot_t *)a)->ran, 1); }
+static inline void slot_cancel(void *a) { atomic_fetch_add(&((slot_t *)a)->cancelled, 1); }
+
+/* Heap-owned args: the task (or its on_cancel) frees them; ASan/valgrind
+ * report a double free or a leak if ownership is wrong. */
+static atomic_long owned_ran, owned_cancelled;
+static inline void owned_run(void *a) { free(a); atomic_fetch_add(&owned_ran, 1); }
+static inline void owned_cancel(void *a) { free(a); atomic_fetch_add(&owned_cancelled, 1); }
+
+static inline wspool *make_pool(uint32_t min, uint32_t max, int growth) {
+    wspool_config cfg;
+    wspool_config_init(&cfg);
+    cfg.min_threads = min;
+    cfg.max_threads = max;
+    cfg.growth = growth;
+    wspool *p = NULL;
+    OK(wspool_create(&cfg, &p));
+    return p;
+}
+
+/* Holds `n` workers in `g`; returns once all n are inside. */
+static inline void hold_workers(wspool *p, gate_t *g, int n) {
+    for (int i = 0; i < n; i++) OK(wspool_submit(p, task_gate, g));
+    CHECK(wait_at_least(&g->inside, n));
+}
+
+static inline int last_error_mentions(const char *word) { return strstr(wspool_last_error(), word) != NULL; }
+
+static inline wspool_stats get_stats(const wspool *p) {
+    wspool_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    OK(wspool_stats_get(p, &s));
+    return s;
+}
+
+/* ---- hang guard: a call that could hang runs on a background thread ----------
+ * bg_wait gives up after `ms` (a failure the caller reports, then unblocks the
+ * call and joins it), so a hang becomes a failed CHECK instead of a stuck run. */
+typedef struct {
+    pthread_t th;
+    void *(*fn)(void *);
+    void *arg;
+    atomic_int done;
+} bg_t;
+static inline void *bg_main(void *a) {
+    bg_t *b = a;
+    b->fn(b->arg);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+static inline void bg_start(bg_t *b, void *(*fn)(void *), void *arg) {
+    b->fn = fn;
+    b->arg = arg;
+    atomic_init(&b->done, 0);
+    if (pthread_create(&b->th, NULL, bg_main, b) != 0) {
+        fprintf(stderr, "pthread_create failed\n");
+        abort();
+    }
+}
+/* 1 (and joined) if the call returned within `ms`, else 0 (still running). */
+static inline int bg_wait(bg_t *b, long ms) {
+    for (long waited = 0; !atomic_load(&b->done) && waited < ms; waited++) sleep_ms(1);
+    if (!atomic_load(&b->done)) return 0;
+    pthread_join(b->th, NULL);
+    return 1;
+}
+static inline void bg_join(bg_t *b) { pthread_join(b->th, NULL); }
 
 typedef void (*test_fn)(void);
 typedef struct {
@@ -109,7 +196,7 @@ typedef struct {
     test_fn fn;
 } test_case;
 
-static int run_tests(const test_case *tests, int n, int argc, char **argv) {
+static inline int run_tests(const test_case *tests, int n, int argc, char **argv) {
     int passed = 0, failed = 0;
     const char *alarm_s = getenv("WSPOOL_TEST_ALARM");
     unsigned alarm_secs = alarm_s ? (unsigned)atoi(alarm_s) : 300;

@@ -1,0 +1,85 @@
+//! Argument checks shared by the entry points: NULL pointers, objects
+//! inherited through fork(), timeouts and out-pointers.
+
+use std::ptr;
+use std::time::Duration;
+
+use crate::support::{self, Res, einval, fail};
+use crate::{WSPOOL_EFORKED, WSPOOL_ETIMEDOUT, wspool, wspool_fn};
+
+pub(crate) fn check_fork(created_in: u32) -> Res<()> {
+    if created_in != support::fork_gen() {
+        return fail(WSPOOL_EFORKED, "this object was created before fork(); it cannot be used in the child");
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `p` is NULL or a live pointer from this library.
+pub(crate) unsafe fn obj<'a, T>(p: *const T, what: &'static str) -> Res<&'a T> {
+    // SAFETY: per the contract.
+    match unsafe { p.as_ref() } {
+        Some(r) => Ok(r),
+        None => einval(format!("{what} is NULL")),
+    }
+}
+
+pub(crate) fn pool_of<'a>(p: *const wspool) -> Res<&'a wspool> {
+    // SAFETY: a non-null pool pointer comes from wspool_create.
+    let p = unsafe { obj(p, "pool")? };
+    check_fork(p.fork_gen)?;
+    Ok(p)
+}
+
+pub(crate) fn func(f: wspool_fn, what: &'static str) -> Res<support::CFn> {
+    match f {
+        Some(f) => Ok(f),
+        None => einval(format!("{what} is NULL")),
+    }
+}
+
+pub(crate) fn timeout(ms: i64) -> Res<Option<Duration>> {
+    match ms {
+        -1 => Ok(None),
+        ms if ms >= 0 => Ok(Some(Duration::from_millis(ms as u64))),
+        ms => einval(format!("timeout_ms {ms} is invalid (use -1 to wait forever, 0 to poll)")),
+    }
+}
+
+pub(crate) fn timed_out<T>() -> Res<T> {
+    fail(WSPOOL_ETIMEDOUT, "timed out; the work is left untouched")
+}
+
+pub(crate) fn out_ptr<T>(out: *mut *mut T, what: &'static str) -> Res<()> {
+    if out.is_null() {
+        return einval(format!("{what} is NULL"));
+    }
+    // SAFETY: non-null out-pointer given by the caller.
+    unsafe { *out = ptr::null_mut() };
+    Ok(())
+}
+
+/// An object handed to C as a raw `Box` pointer, tagged with the fork
+/// generation it was created in.
+pub(crate) trait Handle: Send + 'static {
+    fn fork_gen(&self) -> u32;
+}
+
+/// Takes back a handle from `Box::into_raw` for the caller to drop (None for
+/// NULL). One inherited through fork() is kept forever instead: dropping it
+/// could wait for the parent's threads or take a lock one of them held.
+///
+/// # Safety
+/// `p` is NULL or a pointer this library made with `Box::into_raw`, taken back once.
+pub(crate) unsafe fn reclaim<T: Handle>(p: *mut T) -> Option<Box<T>> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    let b = unsafe { Box::from_raw(p) };
+    if b.fork_gen() != support::fork_gen() {
+        support::keep_forever(b);
+        return None;
+    }
+    Some(b)
+}

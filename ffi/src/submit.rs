@@ -1,0 +1,202 @@
+//! Submission: `wspool_submit`, `wspool_submit_ex` with its options (group,
+//! serial queue, `on_cancel`, a task handle) and `wspool_join`.
+
+use std::ffi::c_int;
+use std::ffi::c_void;
+use std::mem::{offset_of, size_of};
+use std::ptr;
+
+use wspool_core::SpawnOptions;
+
+use crate::support::{self, CTask, SendPtr, einval, fail, guard, tsan};
+use crate::{
+    WSPOOL_ESHUTDOWN, WSPOOL_OK, func, group_of, pool_of, serial_of, wspool, wspool_group, wspool_serial, wspool_task,
+};
+
+/// A C task or callback: called with the `arg` given at submission.
+pub type wspool_fn = Option<unsafe extern "C" fn(arg: *mut c_void)>;
+
+/// Submit flag: push to the pool's global queue even from a pool thread (fairness over locality).
+pub const WSPOOL_SUBMIT_GLOBAL: u32 = 1;
+
+/// Options for `wspool_submit_ex`, the same for every kind of submission. Fill with
+/// `wspool_submit_opts_init()`. New fields are only ever added at the end.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wspool_submit_opts {
+    /// `sizeof(wspool_submit_opts)` as the caller compiled it (set by `wspool_submit_opts_init`).
+    pub struct_size: usize,
+    /// Bitwise OR of `WSPOOL_SUBMIT_*` flags; unknown bits are `WSPOOL_EINVAL`.
+    pub flags: u32,
+    /// Optional: the task counts toward this group, which must have been created on the same
+    /// pool (else `WSPOOL_EINVAL`).
+    pub group: *mut wspool_group,
+    /// Optional: called exactly once with `arg` if the accepted task is dropped unrun
+    /// (`wspool_task_cancel`, shutdown CANCEL, DISCARD_OLDEST), on the thread that drops it, and
+    /// the pool's ownership of `arg` ends when it returns. Never called for a refused submission.
+    pub on_cancel: wspool_fn,
+    /// Added in 0.1 after the first layout. Optional: the task runs on this serial queue (FIFO,
+    /// one at a time), which must have been created on the same pool (else `WSPOOL_EINVAL`).
+    /// It may be combined with `group`. `WSPOOL_SUBMIT_GLOBAL` changes nothing for it: serial
+    /// tasks always take their turn through the global queue.
+    pub serial: *mut wspool_serial,
+}
+
+/// Size of the first published `wspool_submit_opts` layout (up to `on_cancel`): the smallest
+/// `struct_size` accepted.
+pub const WSPOOL_SUBMIT_OPTS_MIN_SIZE: usize = 32;
+const _: () =
+    assert!(offset_of!(wspool_submit_opts, on_cancel) + size_of::<wspool_fn>() == WSPOOL_SUBMIT_OPTS_MIN_SIZE);
+
+/// The end of each published `wspool_submit_opts` layout, oldest first.
+const OPTS_LAYOUTS: [usize; 2] = [WSPOOL_SUBMIT_OPTS_MIN_SIZE, size_of::<wspool_submit_opts>()];
+const _: () = assert!(offset_of!(wspool_submit_opts, serial) + size_of::<usize>() == OPTS_LAYOUTS[1]);
+
+/// Submits `fn(arg)`. On `WSPOOL_OK` the pool owns `arg` until `fn(arg)` returns; on any error the
+/// caller keeps it and `fn` is never called. From a pool thread the task goes to that thread's
+/// own deque. (For an `on_cancel`, a task handle, a group or a serial queue use `wspool_submit_ex`.)
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_submit(pool: *mut wspool, r#fn: wspool_fn, arg: *mut c_void) -> c_int {
+    guard("wspool_submit", || {
+        let p = pool_of(pool)?;
+        let f = func(r#fn, "fn")?;
+        p.pool.spawn(CTask::new(f, arg, None).into_closure()).map_err(support::refused)?;
+        Ok(WSPOOL_OK)
+    })
+}
+
+fn default_opts() -> wspool_submit_opts {
+    wspool_submit_opts {
+        struct_size: size_of::<wspool_submit_opts>(),
+        flags: 0,
+        group: ptr::null_mut(),
+        on_cancel: None,
+        serial: ptr::null_mut(),
+    }
+}
+
+/// Fills `*opts` with the defaults, `struct_size` included. NULL is ignored (and sets the last error).
+/// The header maps `wspool_submit_opts_init(opts)` to `wspool_submit_opts_init_sized(opts, sizeof *(opts))`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_submit_opts_init(opts: *mut wspool_submit_opts) {
+    // SAFETY: forwarded contract.
+    unsafe { wspool_submit_opts_init_sized(opts, size_of::<wspool_submit_opts>()) };
+}
+
+/// Fills the first `size` bytes of `*opts` with the defaults and sets `opts->struct_size = size`.
+/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_SUBMIT_OPTS_MIN_SIZE`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_submit_opts_init_sized(opts: *mut wspool_submit_opts, size: usize) -> c_int {
+    guard("wspool_submit_opts_init", || {
+        if opts.is_null() {
+            return einval("opts is NULL");
+        }
+        if size < WSPOOL_SUBMIT_OPTS_MIN_SIZE {
+            return einval(format!("size {size} is below the smallest layout ({WSPOOL_SUBMIT_OPTS_MIN_SIZE} bytes)"));
+        }
+        let mut d = default_opts();
+        d.struct_size = size;
+        let n = size.min(size_of::<wspool_submit_opts>());
+        // SAFETY: the caller's struct has `size >= n` bytes.
+        unsafe { ptr::copy_nonoverlapping((&d as *const wspool_submit_opts).cast::<u8>(), opts.cast::<u8>(), n) };
+        Ok(WSPOOL_OK)
+    })
+}
+
+/// Submits `fn(arg)` with options (`opts` NULL = defaults): on the pool, on `opts->serial`, and/or
+/// counted in `opts->group`. When `out_task` is not NULL it stores a task handle there (NULL on
+/// failure) to wait for, cancel or query the task; release it with `wspool_task_release`.
+///
+/// Ownership of `arg`: on `WSPOOL_OK` the pool owns it until either `fn(arg)` or
+/// `opts->on_cancel(arg)` returns — exactly one of the two is called, once, whatever happens later
+/// (cancel, shutdown in either mode, DISCARD_OLDEST). On any error the caller keeps it and neither
+/// is called. A task accepted without `on_cancel` that is dropped unrun leaves `arg` to the caller.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_submit_ex(
+    pool: *mut wspool,
+    r#fn: wspool_fn,
+    arg: *mut c_void,
+    opts: *const wspool_submit_opts,
+    out_task: *mut *mut wspool_task,
+) -> c_int {
+    guard("wspool_submit_ex", || {
+        if !out_task.is_null() {
+            // SAFETY: non-null out-pointer.
+            unsafe { *out_task = ptr::null_mut() };
+        }
+        let p = pool_of(pool)?;
+        let f = func(r#fn, "fn")?;
+        let mut o = default_opts();
+        if !opts.is_null() {
+            // SAFETY: a non-null opts points to a struct starting with struct_size.
+            let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_SUBMIT_OPTS_MIN_SIZE, "opts")? };
+            // SAFETY: the caller's struct has `size` readable bytes, at least the copied prefix.
+            unsafe { support::copy_prefix(opts, &mut o, support::whole_fields(size, &OPTS_LAYOUTS)) };
+        }
+        if o.flags & !WSPOOL_SUBMIT_GLOBAL != 0 {
+            return einval(format!("opts.flags {:#x} has unknown bits", o.flags));
+        }
+        let group = match o.group.is_null() {
+            true => None,
+            false => Some(&group_of(o.group)?.group),
+        };
+        let serial = match o.serial.is_null() {
+            true => None,
+            false => Some(&serial_of(o.serial)?.queue),
+        };
+        // The core refuses a group or serial queue of another pool (WrongPool -> WSPOOL_EINVAL).
+        let so = SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial };
+        let task = CTask::new(f, arg, o.on_cancel).into_closure();
+        if out_task.is_null() {
+            p.pool.spawn_with(so, task).map_err(support::refused)?;
+        } else {
+            let h = p.pool.submit_with(so, task).map_err(support::refused)?;
+            let t = wspool_task { handle: h, fork_gen: p.fork_gen };
+            // SAFETY: non-null out-pointer.
+            unsafe { *out_task = Box::into_raw(Box::new(t)) };
+        }
+        Ok(WSPOOL_OK)
+    })
+}
+
+/// Fork-join without allocation: runs `a(arg_a)` on the caller and offers `b(arg_b)` to other
+/// workers, running it itself if nobody took it; returns when both are done. On a thread that
+/// is not one of the pool's it submits `b` and helps or waits as needed. `arg_a` and `arg_b`
+/// stay the caller's: both calls have returned when `wspool_join` returns.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_join(
+    pool: *mut wspool,
+    a: wspool_fn,
+    arg_a: *mut c_void,
+    b: wspool_fn,
+    arg_b: *mut c_void,
+) -> c_int {
+    guard("wspool_join", || {
+        let p = pool_of(pool)?;
+        let fa = func(a, "a")?;
+        let fb = func(b, "b")?;
+        if p.pool.is_shutdown() {
+            return fail(WSPOOL_ESHUTDOWN, "the pool is shut down");
+        }
+        let (xa, xb) = (SendPtr(arg_a), SendPtr(arg_b));
+        tsan::release_submit();
+        p.pool.join(
+            move || {
+                let xa = xa;
+                tsan::acquire_submit();
+                // SAFETY: non-null C function with its argument.
+                unsafe { fa(xa.0) };
+                tsan::release_done();
+            },
+            move || {
+                let xb = xb;
+                tsan::acquire_submit();
+                // SAFETY: as above.
+                unsafe { fb(xb.0) };
+                tsan::release_done();
+            },
+        );
+        tsan::acquire_done();
+        Ok(WSPOOL_OK)
+    })
+}
