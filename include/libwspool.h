@@ -126,11 +126,15 @@
 
 /**
  * Reject: wait for room (at most `block_timeout_ms` when that is non-zero, then `WSPOOL_EREJECTED`).
+ * A submission from one of the pool's own threads never waits: it gets `WSPOOL_EREJECTED` at once,
+ * since the room it would wait for may be room only its own thread can make.
  */
 #define WSPOOL_REJECT_BLOCK 2
 
 /**
- * Reject: drop the oldest queued task (its `on_cancel` is called) to make room.
+ * Reject: drop the oldest queued user task of the global queue (its `on_cancel` is called: exactly
+ * one task per eviction) to make room; with none to drop, refuse like `WSPOOL_REJECT_ABORT`. Serial
+ * queues' turns and join halves are never evicted.
  */
 #define WSPOOL_REJECT_DISCARD_OLDEST 3
 
@@ -530,7 +534,9 @@ int wspool_join(struct wspool *pool, wspool_fn a, void *arg_a, wspool_fn b, void
 /**
  * Waits up to `timeout_ms` (-1 = forever, 0 = poll) for the task: `WSPOOL_OK` once it ran,
  * `WSPOOL_ECANCELLED` once it was cancelled and its `on_cancel` returned, `WSPOOL_ETIMEDOUT` if
- * still pending or running. On a pool thread it runs other tasks while waiting.
+ * still pending or running. On a pool thread an untimed wait (-1) helps: it runs the task itself if
+ * it has not started, else other work of the same isolation region (see docs/helping.md); a timed
+ * wait, or any wait inside a blocking region, runs nothing.
  */
 int wspool_task_wait(struct wspool_task *t, int64_t timeout_ms);
 
@@ -571,7 +577,9 @@ int wspool_group_submit(struct wspool_group *g, wspool_fn fn, void *arg);
 /**
  * Waits up to `timeout_ms` (-1 = forever, 0 = poll) until every task of the group has finished
  * (ran, or was cancelled and its `on_cancel` returned): `WSPOOL_OK`, else `WSPOOL_ETIMEDOUT`.
- * On a pool thread it runs other tasks while waiting.
+ * On a pool thread an untimed wait (-1) runs work of the waiter's own isolation region meanwhile (the
+ * group's tasks it forked, see docs/helping.md); a timed wait, or a wait in a blocking region, runs
+ * nothing.
  */
 int wspool_group_wait(struct wspool_group *g, int64_t timeout_ms);
 

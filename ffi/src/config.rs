@@ -27,8 +27,12 @@ pub const WSPOOL_REJECT_ABORT: c_int = 0;
 /// Reject: run the task on the submitting thread, inside the submit call.
 pub const WSPOOL_REJECT_CALLER_RUNS: c_int = 1;
 /// Reject: wait for room (at most `block_timeout_ms` when that is non-zero, then `WSPOOL_EREJECTED`).
+/// A submission from one of the pool's own threads never waits: it gets `WSPOOL_EREJECTED` at once,
+/// since the room it would wait for may be room only its own thread can make.
 pub const WSPOOL_REJECT_BLOCK: c_int = 2;
-/// Reject: drop the oldest queued task (its `on_cancel` is called) to make room.
+/// Reject: drop the oldest queued user task of the global queue (its `on_cancel` is called: exactly
+/// one task per eviction) to make room; with none to drop, refuse like `WSPOOL_REJECT_ABORT`. Serial
+/// queues' turns and join halves are never evicted.
 pub const WSPOOL_REJECT_DISCARD_OLDEST: c_int = 3;
 
 // -------------------------------------------------------------- config ----

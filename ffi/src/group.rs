@@ -57,7 +57,9 @@ pub unsafe extern "C" fn wspool_group_submit(g: *mut wspool_group, r#fn: wspool_
 
 /// Waits up to `timeout_ms` (-1 = forever, 0 = poll) until every task of the group has finished
 /// (ran, or was cancelled and its `on_cancel` returned): `WSPOOL_OK`, else `WSPOOL_ETIMEDOUT`.
-/// On a pool thread it runs other tasks while waiting.
+/// On a pool thread an untimed wait (-1) runs work of the waiter's own isolation region meanwhile (the
+/// group's tasks it forked, see docs/helping.md); a timed wait, or a wait in a blocking region, runs
+/// nothing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_group_wait(g: *mut wspool_group, timeout_ms: i64) -> c_int {
     guard("wspool_group_wait", || {

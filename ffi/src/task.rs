@@ -39,7 +39,9 @@ fn task_of<'a>(t: *const wspool_task) -> Res<&'a wspool_task> {
 
 /// Waits up to `timeout_ms` (-1 = forever, 0 = poll) for the task: `WSPOOL_OK` once it ran,
 /// `WSPOOL_ECANCELLED` once it was cancelled and its `on_cancel` returned, `WSPOOL_ETIMEDOUT` if
-/// still pending or running. On a pool thread it runs other tasks while waiting.
+/// still pending or running. On a pool thread an untimed wait (-1) helps: it runs the task itself if
+/// it has not started, else other work of the same isolation region (see docs/helping.md); a timed
+/// wait, or any wait inside a blocking region, runs nothing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_task_wait(t: *mut wspool_task, timeout_ms: i64) -> c_int {
     guard("wspool_task_wait", || {
