@@ -106,7 +106,6 @@ impl WorkerThread {
             blocking_depth: Cell::new(0),
         };
         CURRENT.with(|c| c.set(&worker));
-        worker.counters().tid.store(crate::growth::current_tid(), Relaxed);
         if let Some(hook) = &worker.registry.config.on_thread_start {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index))) {
                 drop_payload(p);
@@ -137,6 +136,9 @@ impl WorkerThread {
                     self.stop_searching();
                 }
                 self.execute(job);
+                if registry.retire_requested() {
+                    return;
+                }
                 continue;
             }
             match registry.state() {
