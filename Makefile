@@ -1,6 +1,7 @@
-# wspool: the two commands a new user needs are `make demo` and `make test`.
-# Each layer adds its targets through mk/*.mk (TEST_TARGETS, DEMO_TARGETS,
-# BENCH_TARGETS, EXAMPLE_TARGETS), so this file stays the index.
+# wspool: `make` builds the libraries, `make demo` shows the pool working,
+# `make test` runs every suite, `make help` lists the rest. Each layer adds
+# its targets through mk/*.mk (TEST_TARGETS, DEMO_TARGETS, BENCH_TARGETS,
+# EXAMPLE_TARGETS), so this file stays the index.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -14,31 +15,74 @@ DEMO_TARGETS :=
 BENCH_TARGETS :=
 EXAMPLE_TARGETS :=
 
+# The fragments define file targets (cbindgen, test binaries) before `all`:
+# without this a bare `make` would build the first of them.
+.DEFAULT_GOAL := all
+
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all build test demo bench examples test-rust test-loom demo-rust bench-rust clean
+.PHONY: all build help test test-announce demo bench examples test-rust test-rust-debug test-loom demo-rust bench-rust clean
 
 all: build
 
-build:
-	$(CARGO) build --release --workspace --exclude wspool-python
+## The Rust crate and the C library (target/release/libwspool.{so,a}).
+build: c-build
+	@echo "built: target/release/libwspool.so, target/release/libwspool.a (header: include/libwspool.h)"
+
+help:
+	@echo "wspool make targets (see docs/testing.md for what each suite checks):"
+	@echo "  make               build the Rust crate and the C library (target/release/libwspool.{so,a})"
+	@echo "  make demo          run the demos: Rust, C examples, reactor server, Python (about 30 s warm)"
+	@echo "  make test          every suite: Rust, loom, C, Python, reactor, doc snippets (installs tools; says which)"
+	@echo "  make bench         the benchmark suites (docs/benchmarks.md)"
+	@echo "  make examples      build the C examples into examples-c/bin"
+	@echo "  make install       install libwspool under PREFIX (default /usr/local; DESTDIR honoured)"
+	@echo "  make python-install  create ./.venv and install the Python package into it"
+	@echo "  make c-header      regenerate include/libwspool.h with the pinned cbindgen"
+	@echo "  make test-rust | test-rust-debug | test-loom | test-c | test-python | test-reactor | test-docs   one suite"
+	@echo "  make demo-rust | demo-c | demo-reactor | demo-python                          one demo"
+	@echo "  make clean         remove target/, build/ and .venv"
+
+# What `make test` installs, said before it does: nothing outside the
+# repository unless run as root, and then only Debian packages.
+test-announce:
+	@echo "make test: runs every suite (about 5 min on 2 cores once crates are fetched). It installs what it needs:"
+	@echo "  - crates through cargo, and the pinned cbindgen $(CBINDGEN_VERSION) into target/tools (header freshness check)"
+	@echo "  - maturin, pytest, pytest-timeout, mypy (pinned) into ./.venv, then the Python package"
+	@echo "  - only when missing and only as root, Debian packages through apt-get: valgrind, pkg-config,"
+	@echo "    cmake (C install test), python3-venv; not root: valgrind/pkg-config missing stops the"
+	@echo "    suite with the package to install, cmake missing skips the CMake check with a message"
 
 ## Every test: Rust unit/integration tests, the loom models, then each layer's suite.
-test: test-rust test-loom $(TEST_TARGETS)
+test: test-announce test-rust test-rust-debug test-loom $(TEST_TARGETS)
 	@echo "make test: all suites passed"
 
 test-rust:
 	$(CARGO) test --release -p wspool
 
-# The loom models of the sleep/wake and blocking-compensation protocols.
+# The same tests in a debug build: overflow checks and debug assertions on.
+test-rust-debug:
+	$(CARGO) test -p wspool
+
+# The loom models of the sleep/wake, waiter and compensation protocols; then
+# the same models with the local-push fence removed, which must fail (a model
+# that cannot catch the bug it exists for proves nothing).
 test-loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release -p wspool --test loom --target-dir target/loom
+	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_push_fence" LOOM_MAX_PREEMPTIONS=3 \
+	  $(CARGO) test --release -q -p wspool --test loom --target-dir target/loom-mutant -- local_push_races_park \
+	  > target/loom-mutant.log 2>&1; then \
+	  echo "test-loom: the models PASSED without the local-push fence: they no longer catch the lost wake-up"; exit 1; fi
+	@grep -q "deadlock" target/loom-mutant.log || { cat target/loom-mutant.log; echo "test-loom: the mutant failed, but not with the expected deadlock"; exit 1; }
+	@echo "test-loom: without the local-push fence the model deadlocks, as it must"
 
 ## Builds and runs the demos: the pool working, and its stats.
 demo: demo-rust $(DEMO_TARGETS)
+	@echo
+	@echo "make demo: done. Next: 'make test' runs every suite; docs/ has the details."
 
 demo-rust:
-	$(CARGO) run --release -p wspool --example demo
+	$(CARGO) run --release -q -p wspool --example demo
 
 examples: $(EXAMPLE_TARGETS)
 

@@ -1,5 +1,6 @@
 /* hello.c: the smallest complete use of libwspool: create a pool, submit
- * tasks, wait for one, print the stats, destroy. */
+ * tasks, wait for one and for a group of them, print the stats of the live
+ * pool, shut down, destroy. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,21 +49,32 @@ int main(void) {
     printf("task 1: %s\n", wspool_strerror(rc));
     wspool_task_release(task);
 
-    /* and many we do not */
+    /* and many we do not wait for one by one: a group waits for them all */
+    wspool_group *group = NULL;
+    if (wspool_group_create(pool, &group) != WSPOOL_OK) {
+        fprintf(stderr, "group: %s\n", wspool_last_error());
+        return 1;
+    }
     for (int i = 0; i < 100000; i++) {
-        if (wspool_submit(pool, count, NULL) != WSPOOL_OK) {
+        if (wspool_group_submit(group, count, NULL) != WSPOOL_OK) {
             fprintf(stderr, "submit: %s\n", wspool_last_error());
             return 1;
         }
     }
-    wspool_shutdown(pool, WSPOOL_SHUTDOWN_DRAIN, -1);
+    wspool_group_wait(group, -1);
+    wspool_group_destroy(group);
 
+    /* Stats describe a live pool: read them before shutting it down
+     * (after shutdown every worker has exited and threads reads 0). */
     wspool_stats st = {.struct_size = sizeof st};
     wspool_stats_get(pool, &st);
-    printf("ran %ld tasks: threads=%u submitted=%llu completed=%llu local=%llu global=%llu steals=%llu\n",
-           atomic_load(&done), st.threads, (unsigned long long)st.submitted,
-           (unsigned long long)st.completed, (unsigned long long)st.local_pops,
-           (unsigned long long)st.global_pops, (unsigned long long)st.steals);
+    printf("ran %ld tasks\n", atomic_load(&done));
+    printf("  threads %u (peak %u)   submitted %llu   completed %llu\n", st.threads, st.peak_threads,
+           (unsigned long long)st.submitted, (unsigned long long)st.completed);
+    printf("  taken from: own deque %llu   global queue %llu   stolen %llu\n",
+           (unsigned long long)st.local_pops, (unsigned long long)st.global_pops,
+           (unsigned long long)st.steals);
+    wspool_shutdown(pool, WSPOOL_SHUTDOWN_DRAIN, -1);
     wspool_destroy(pool);
     return atomic_load(&done) == 100001 ? 0 : 1;
 }

@@ -17,7 +17,7 @@
  * A line longer than --line-max bytes (default 64 KiB) gets "ERR line too long"
  * and the connection is closed after the earlier responses and that one.
  *
- * Rules the reactor keeps (see the README section "Reactor server"):
+ * Rules the reactor keeps (see examples-c/README.md, "The reactor server"):
  *  - At most one task per connection is in flight, so responses come back in
  *    request order. The in_flight flag lives under the connection's mutex:
  *    the loop sets it when it queues lines and none is in flight; the task

@@ -1,14 +1,15 @@
 # mk/c.mk: the C ABI library (issue 4).
 #
 #   make c-lib        target/release/libwspool.{so,a} (SONAME libwspool.so.0, plus the
-#                     libwspool.so.0 link beside it), after checking include/libwspool.h
+#                     libwspool.so.0 link beside it); needs no cbindgen: the header is
+#                     committed and test-c-header checks that it is fresh
 #   make c-header     regenerates include/libwspool.h with the pinned cbindgen
 #   make examples     builds examples-c/bin/{hello,fork_join,pipeline,stats_watch}
 #   make test-c       header check, C suite plain / ASan+UBSan / TSan / valgrind,
 #                     and an installed copy used through pkg-config and CMake
 #   make demo-c       runs the four examples briefly
 #   make bench-c      C API vs a mutex+condvar pool, OpenMP tasks, oneTBB
-#   make install PREFIX=/usr/local [DESTDIR=]   .so/.a/header/wspool.pc/CMake package
+#   make install PREFIX=/usr/local [DESTDIR=]   .so/.a/header/wspool{,-static}.pc/CMake package
 #
 # Other layers link the library through the `c-lib` target and these variables.
 
@@ -71,7 +72,9 @@ c-build:
 	@readelf -d $(C_RELEASE)/libwspool.so | grep -q 'SONAME.*\[libwspool.so.0\]' \
 	  || { echo "libwspool.so lacks SONAME libwspool.so.0"; exit 1; }
 
-c-lib: c-header-check c-build
+# Building needs no cbindgen (a first `make demo` should not compile a tool):
+# the header is committed, and `make test` (test-c-header) checks it is fresh.
+c-lib: c-build
 
 # --------------------------------------------------------------- examples ---
 
@@ -81,7 +84,8 @@ c-examples: c-lib
 	  $(C_CC) $(C_CFLAGS) -O2 examples-c/$$e.c -o $(C_EXAMPLE_BIN)/$$e $(C_LINK) || exit 1; done
 
 demo-c: c-examples
-	$(C_EXAMPLE_BIN)/hello | tail -n 3
+	@echo; echo "== C examples (examples-c/; docs/c-api.md)"
+	$(C_EXAMPLE_BIN)/hello | tail -n 4
 	$(C_EXAMPLE_BIN)/fork_join
 	$(C_EXAMPLE_BIN)/pipeline | tail -n 3
 	$(C_EXAMPLE_BIN)/stats_watch 2
@@ -156,17 +160,26 @@ C_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(C_VERSION)|g' \
 
 install: c-install
 
+# The archive's debug info is stripped on install (cargo's strip setting
+# applies to linked outputs only, not to a staticlib).
 c-install: c-lib
 	install -d $(C_INST_LIB)/pkgconfig $(C_INST_LIB)/cmake/wspool $(C_INST_INC)
 	install -m 755 $(C_RELEASE)/libwspool.so $(C_INST_LIB)/libwspool.so.$(C_VERSION)
 	ln -sf libwspool.so.$(C_VERSION) $(C_INST_LIB)/libwspool.so.$(C_VERSION_MAJOR)
 	ln -sf libwspool.so.$(C_VERSION_MAJOR) $(C_INST_LIB)/libwspool.so
 	install -m 644 $(C_RELEASE)/libwspool.a $(C_INST_LIB)/libwspool.a
+	strip --strip-debug $(C_INST_LIB)/libwspool.a
 	install -m 644 $(C_HEADER) $(C_INST_INC)/libwspool.h
 	$(C_SUBST) ffi/pkg/wspool.pc.in > $(C_INST_LIB)/pkgconfig/wspool.pc
+	$(C_SUBST) ffi/pkg/wspool-static.pc.in > $(C_INST_LIB)/pkgconfig/wspool-static.pc
 	$(C_SUBST) ffi/pkg/wspoolConfig.cmake.in > $(C_INST_LIB)/cmake/wspool/wspoolConfig.cmake
 	$(C_SUBST) ffi/pkg/wspoolConfigVersion.cmake.in > $(C_INST_LIB)/cmake/wspool/wspoolConfigVersion.cmake
-	@echo "installed libwspool $(C_VERSION) under $(DESTDIR)$(PREFIX)"
+	@echo "installed libwspool $(C_VERSION) under $(DESTDIR)$(PREFIX):"
+	@echo "  lib/libwspool.so.$(C_VERSION) (+ libwspool.so.$(C_VERSION_MAJOR), libwspool.so links)  lib/libwspool.a"
+	@echo "  include/libwspool.h  lib/pkgconfig/wspool.pc  lib/pkgconfig/wspool-static.pc  lib/cmake/wspool/"
+	@echo "run time: programs linked through wspool.pc or CMake carry an rpath to $(PREFIX)/lib and run as is;"
+	@echo "  for programs linked otherwise, run 'ldconfig' (PREFIX /usr/local, as root) or add $(PREFIX)/lib"
+	@echo "  to /etc/ld.so.conf.d/. Static: pkg-config --libs wspool-static (docs/c-api.md)"
 
 # -------------------------------------------------------------- benchmarks --
 

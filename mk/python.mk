@@ -5,7 +5,9 @@
 #                        backend, release build in the shared target/ directory)
 #   make test-python     the pytest suite (tests/python), mypy.stubtest on the
 #                        extension's .pyi, and mypy --strict on the package
-#   make demo-python     a short tour: submit, map, nested waits, blocking(), stats
+#   make demo-python     a short tour: submit, map, nested waits, blocking(), stats;
+#                        runs from target/python-dev (cargo build + the package's
+#                        sources), so a first `make demo` installs no tools
 #   make bench-python    P1-P3 against ThreadPoolExecutor, a markdown table
 #
 # Everything runs from the venv; nothing is installed outside ./.venv. A
@@ -29,7 +31,7 @@ TEST_TARGETS += test-python
 DEMO_TARGETS += demo-python
 BENCH_TARGETS += bench-python
 
-.PHONY: python-venv python-install test-python demo-python bench-python
+.PHONY: python-venv python-install python-dev test-python demo-python bench-python
 
 python-venv: $(PY_TOOLS_STAMP)
 
@@ -59,8 +61,18 @@ test-python: python-install
 	cd tests/python && $(PY_ENV) $(PY) -m mypy.stubtest wspool._wspool
 	$(PY_ENV) $(PY) -m mypy --strict --no-incremental bindings/python/python/wspool bench/python/bench.py
 
-demo-python: python-install
-	$(PY_ENV) $(PY) bindings/python/examples/demo.py
+# The extension built by cargo (the features maturin uses) beside the
+# package's Python sources: importable without pip, maturin or a venv.
+PY_DEV := target/python-dev
+python-dev:
+	$(CARGO) build --release -p wspool-python --features extension-module
+	rm -rf $(PY_DEV)/wspool && mkdir -p $(PY_DEV)
+	cp -r bindings/python/python/wspool $(PY_DEV)/wspool
+	cp target/release/lib_wspool.so $(PY_DEV)/wspool/_wspool.abi3.so
+
+demo-python: python-dev
+	@echo; echo "== Python (bindings/python/examples/demo.py; docs/python.md)"
+	PYTHONPATH=$(PY_DEV) $(PYTHON) bindings/python/examples/demo.py
 
 bench-python: python-install
 	$(PY_ENV) $(PY) bench/python/bench.py

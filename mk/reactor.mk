@@ -3,7 +3,7 @@
 #   make reactor        builds examples-c/bin/reactor_server and examples-c/bin/loadgen
 #   make test-reactor   the reactor test suite (loopback only), then again under ASan/UBSan and TSan
 #   make demo-reactor   server + load generator, reactor mode beside the blocking control
-#   make bench-reactor  the same, longer runs, printed as the README's markdown table
+#   make bench-reactor  the same, longer runs, printed as examples-c/README.md's markdown table
 #
 # The server uses only the public C API (include/libwspool.h) and links
 # target/release/libwspool.so, built by c-lib (mk/c.mk), found at run time
@@ -55,7 +55,8 @@ test-reactor: reactor reactor-san
 	exit $$rc
 
 demo-reactor: reactor
-	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 2 --quick
+	@echo; echo "== reactor server (examples-c/README.md): 64 clients against the epoll reactor and the blocking design"
+	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 1 --quick
 
 bench-reactor: reactor
 	$(PYTHON) $(REACTOR_PY)/demo.py --bin $(REACTOR_BIN) --seconds 5 --markdown

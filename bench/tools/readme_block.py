@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Puts a run of the Rust comparison suite into README.md's bench block.
+"""Puts a run of the Rust comparison suite into docs/benchmarks.md's bench block.
 
     cargo bench -p wspool-bench --bench compare > /tmp/bench.md
     python3 bench/tools/readme_block.py /tmp/bench.md 'core at commit `abc1234`' summary.md
 
 summary.md is a hand-written paragraph: which targets are met, and why the
-others are not. The README is read fresh and only the block between
+others are not. docs/benchmarks.md is read fresh and only the block between
 <!-- BEGIN:bench --> and <!-- END:bench --> is replaced, in one write.
 """
 import datetime
@@ -76,12 +76,12 @@ def main() -> int:
         return 2
     report, what, summary = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]).read_text()
     new = block(pathlib.Path(report).read_text(), what, summary)
-    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+    readme = pathlib.Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
     s = readme.read_text()
     b, e = "<!-- BEGIN:bench -->", "<!-- END:bench -->"
     i, j = s.find(b), s.find(e)
     if i < 0 or j < i:
-        print("README.md has no bench block markers", file=sys.stderr)
+        print("docs/benchmarks.md has no bench block markers", file=sys.stderr)
         return 1
     readme.write_text(s[: i + len(b)] + "\n" + new + "\n" + s[j:])
     return 0

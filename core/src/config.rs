@@ -28,6 +28,11 @@ pub enum Growth {
 
 /// What a submission does when the bounded queue is full and the pool
 /// cannot grow.
+///
+/// A submission from one of the pool's own threads never waits for room:
+/// with `Block` or `BlockFor` it is refused at once (`Rejected`), because
+/// the room it would wait for may be the room only its own thread can make.
+/// `CallerRuns` and `DiscardOldest` act the same from any thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Reject {
     /// Refuse: the submit call fails with `Rejected` and hands the task back.
@@ -35,11 +40,15 @@ pub enum Reject {
     Abort,
     /// Run the task on the submitting thread, now.
     CallerRuns,
-    /// Wait for room, as long as it takes.
+    /// Wait for room, as long as it takes (a pool thread: refused at once).
     Block,
-    /// Wait for room at most this long, then refuse like `Abort`.
+    /// Wait for room at most this long, then refuse like `Abort` (a pool
+    /// thread: refused at once).
     BlockFor(Duration),
-    /// Evict the oldest queued task (its cancel path runs) to make room.
+    /// Evict the oldest queued *user task* of the global queue (its cancel
+    /// path runs: exactly one task is cancelled per eviction) to make room.
+    /// Scope tasks, serial-queue turns and join halves are never evicted;
+    /// with no user task to evict, the submission is refused like `Abort`.
     DiscardOldest,
 }
 

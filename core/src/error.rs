@@ -11,6 +11,9 @@ pub enum SubmitErrorKind {
     Rejected,
     /// The pool is shutting down or shut down.
     Shutdown,
+    /// The group or serial queue named in the options belongs to another
+    /// pool: the task would run on (and be counted by) the wrong pool.
+    WrongPool,
 }
 
 /// A refused submission. The task comes back untouched ([`SpawnError::into_task`]),
@@ -52,6 +55,9 @@ impl<F> fmt::Display for SpawnError<F> {
         match self.kind {
             SubmitErrorKind::Rejected => f.write_str("task rejected: the pool's queue is full"),
             SubmitErrorKind::Shutdown => f.write_str("task refused: the pool is shut down"),
+            SubmitErrorKind::WrongPool => {
+                f.write_str("task refused: its group or serial queue belongs to another pool")
+            }
         }
     }
 }
@@ -104,21 +110,45 @@ impl fmt::Display for TaskError {
 
 impl std::error::Error for TaskError {}
 
-/// A configuration value the builder refused.
+/// Why [`crate::Builder::build`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigErrorKind {
+    /// A configuration value is out of range or inconsistent.
+    Invalid,
+    /// The operating system refused to start a thread the pool needs
+    /// (`RLIMIT_NPROC`, address space, `pthread_create` failing).
+    ThreadSpawn,
+}
+
+/// A pool that could not be built: a refused configuration value, or a
+/// thread the operating system would not start ([`ConfigError::kind`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    kind: ConfigErrorKind,
     message: String,
 }
 
 impl ConfigError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
-        ConfigError { message: message.into() }
+        ConfigError { kind: ConfigErrorKind::Invalid, message: message.into() }
+    }
+
+    pub(crate) fn spawn(message: impl Into<String>) -> Self {
+        ConfigError { kind: ConfigErrorKind::ThreadSpawn, message: message.into() }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ConfigErrorKind {
+        self.kind
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid pool configuration: {}", self.message)
+        match self.kind {
+            ConfigErrorKind::Invalid => write!(f, "invalid pool configuration: {}", self.message),
+            ConfigErrorKind::ThreadSpawn => write!(f, "could not start the pool: {}", self.message),
+        }
     }
 }
 

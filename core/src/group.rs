@@ -21,11 +21,23 @@ use crate::latch::{Awaitable, Signal};
 use crate::registry::Registry;
 use crate::sync::lock;
 use crate::task::TaskHandle;
-use crate::worker::wait_on;
+use crate::wait::wait_on;
 
 /// One handle in `GroupInner::refs`; the low bits count pending tasks.
 const HANDLE: u64 = 1 << 40;
 const PENDING_MASK: u64 = HANDLE - 1;
+/// Past this many handles (or pending tasks) the next one would carry into
+/// the other field (or wrap the word) and free the state under live users:
+/// abort instead, as `Arc` does on a reference-count overflow.
+const MAX_HANDLES: u64 = (u64::MAX >> 40) - 1;
+const MAX_PENDING: u64 = PENDING_MASK - 1;
+
+#[cold]
+#[inline(never)]
+fn count_overflow(what: &str) -> ! {
+    eprintln!("wspool: Group {what} count overflow (a leak of handles or tasks?); aborting");
+    std::process::abort()
+}
 
 /// Tasks counted together: `wait` returns once every task spawned into the
 /// group has finished (run, panicked or been cancelled). Cheap to clone; a
@@ -123,6 +135,31 @@ impl Member {
     }
 }
 
+/// A group's task and its membership. Fields drop in declaration order, so
+/// a task dropped unrun releases its captures before its count.
+struct GroupTask<F> {
+    f: F,
+    member: Member,
+}
+
+impl<F> GroupTask<F> {
+    fn call(self)
+    where
+        F: FnOnce(),
+    {
+        let GroupTask { f, member } = self;
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(()) => drop(member),
+            Err(payload) => {
+                member.record_panic(payload);
+                drop(member);
+                // Let the pool (or the task handle) count the panic too.
+                resume_unwind(Box::new("group task panicked"))
+            }
+        }
+    }
+}
+
 impl Drop for Member {
     fn drop(&mut self) {
         // SAFETY: a member holds one pending reference.
@@ -132,7 +169,10 @@ impl Drop for Member {
 
 impl Clone for Group {
     fn clone(&self) -> Group {
-        self.inner().refs.fetch_add(HANDLE, Relaxed);
+        let before = self.inner().refs.fetch_add(HANDLE, Relaxed);
+        if before >> 40 >= MAX_HANDLES {
+            count_overflow("handle");
+        }
         Group { inner: self.inner }
     }
 }
@@ -161,8 +201,41 @@ impl Group {
     }
 
     pub(crate) fn member(&self) -> Member {
-        self.inner().refs.fetch_add(1, SeqCst);
+        let before = self.inner().refs.fetch_add(1, SeqCst);
+        if before & PENDING_MASK >= MAX_PENDING {
+            count_overflow("pending task");
+        }
         Member(self.inner)
+    }
+
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.inner().registry
+    }
+
+    /// Binds `f` to the group: the returned closure counts as one pending
+    /// task until it has run or been dropped unrun. Either way `f` and its
+    /// captures are dropped *before* the count is released, so `wait`
+    /// never returns while a task's destructors (a C task's `on_cancel`)
+    /// still run.
+    /// A panic is recorded for `wait` and re-raised for the pool to count.
+    pub(crate) fn bind<F: FnOnce() + Send + 'static>(&self, f: F) -> impl FnOnce() + Send + 'static {
+        let task = GroupTask { f, member: self.member() };
+        move || task.call()
+    }
+
+    /// [`Group::bind`] for a task with a handle: the handle reports its
+    /// panic, with the original payload.
+    pub(crate) fn bind_handled<T, F: FnOnce() -> T + Send + 'static>(
+        &self,
+        f: F,
+    ) -> impl FnOnce() -> T + Send + 'static {
+        let task = GroupTask { f, member: self.member() };
+        move || {
+            let GroupTask { f, member } = task;
+            let value = f();
+            drop(member);
+            value
+        }
     }
 
     /// Spawns `f` into the group (local deque on a pool thread).
@@ -171,18 +244,7 @@ impl Group {
     }
 
     pub(crate) fn spawn_inner<F: FnOnce() + Send + 'static>(&self, f: F, global: bool) -> Result<(), SpawnError<F>> {
-        self.inner().registry.submit_job(f, global, |f| {
-            let member = self.member();
-            HeapJob::into_job_ref(move || {
-                let member = member;
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                    member.record_panic(payload);
-                    drop(member);
-                    // Let the pool count the panic too.
-                    resume_unwind(Box::new("group task panicked"));
-                }
-            })
-        })
+        self.inner().registry.submit_job(f, global, |f| HeapJob::into_job_ref(self.bind(f)))
     }
 
     /// Submits `f` into the group and returns its handle.
@@ -202,11 +264,7 @@ impl Group {
         let registry = &self.inner().registry;
         let mut handle = None;
         registry.submit_job(f, global, |f| {
-            let member = self.member();
-            let (h, job) = TaskHandle::new(registry, move || {
-                let _member = member;
-                f()
-            });
+            let (h, job) = TaskHandle::new(registry, self.bind_handled(f));
             handle = Some(h);
             job
         })?;

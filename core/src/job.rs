@@ -28,14 +28,27 @@ pub(crate) struct JobVTable {
     /// Releases the data without running the user's code (cancellation).
     /// Returns true when that dropped a user task the caller should count as
     /// cancelled (false for plumbing, for tombstones, and for jobs that count
-    /// their own cancellations).
+    /// their own cancellations). Jobs that must never be lost (a scope's
+    /// tasks, a join's second half) run here instead.
     pub(crate) cancel: unsafe fn(*mut Payload) -> bool,
+    /// A user task that `Reject::DiscardOldest` may evict. Plumbing (serial
+    /// turns, join halves) and scope tasks are never evicted.
+    pub(crate) evictable: bool,
 }
+
+/// The isolation region a job belongs to (see `worker::Region`): a waiting
+/// thread runs only jobs of its own region. 0: not yet assigned (the queue
+/// it enters assigns it).
+pub(crate) type Tag = u64;
+/// No region: never run by a helping waiter (a serial queue's turn, whose
+/// task must not run nested inside an unrelated wait).
+pub(crate) const TAG_NEVER_HELP: Tag = u64::MAX;
 
 /// An owned, type-erased job.
 pub(crate) struct JobRef {
     payload: Payload,
     vtable: &'static JobVTable,
+    tag: Tag,
 }
 
 // SAFETY: every constructor requires the underlying job to be `Send`.
@@ -51,7 +64,33 @@ impl JobRef {
     pub(crate) unsafe fn from_pointer(data: NonNull<()>, vtable: &'static JobVTable) -> JobRef {
         let mut payload = [MaybeUninit::uninit(); 4];
         payload[0] = MaybeUninit::new(data.as_ptr() as usize);
-        JobRef { payload, vtable }
+        JobRef { payload, vtable, tag: 0 }
+    }
+
+    /// The job's isolation region (0 until a queue assigned one).
+    #[inline]
+    pub(crate) fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// Assigns the region, unless the job already has one (a job moved
+    /// between queues keeps its region).
+    #[inline]
+    pub(crate) fn tag_if_unset(&mut self, tag: impl FnOnce() -> Tag) {
+        if self.tag == 0 {
+            self.tag = tag();
+        }
+    }
+
+    /// Marks the job as one a helping waiter must never run.
+    pub(crate) fn never_help(mut self) -> JobRef {
+        self.tag = TAG_NEVER_HELP;
+        self
+    }
+
+    /// May `Reject::DiscardOldest` evict it?
+    pub(crate) fn evictable(&self) -> bool {
+        self.vtable.evictable
     }
 
     /// The pointer stored by [`JobRef::from_pointer`].
@@ -115,8 +154,14 @@ pub(crate) struct HeapJob<F>(std::marker::PhantomData<F>);
 
 impl<F: FnOnce() + Send> HeapJob<F> {
     const FITS_INLINE: bool = size_of::<F>() <= size_of::<Payload>() && align_of::<F>() <= align_of::<Payload>();
-    const INLINE: JobVTable = JobVTable { run: Self::run_inline, cancel: Self::cancel_inline };
-    const BOXED: JobVTable = JobVTable { run: Self::run_boxed, cancel: Self::cancel_boxed };
+    const INLINE: JobVTable = JobVTable { run: Self::run_inline, cancel: Self::cancel_inline, evictable: true };
+    const BOXED: JobVTable = JobVTable { run: Self::run_boxed, cancel: Self::cancel_boxed, evictable: true };
+    // A job that must never be lost: "cancelling" it runs it (returning
+    // false: nothing was dropped unrun).
+    const INLINE_MUST_RUN: JobVTable =
+        JobVTable { run: Self::run_inline, cancel: Self::run_inline_uncounted, evictable: false };
+    const BOXED_MUST_RUN: JobVTable =
+        JobVTable { run: Self::run_boxed, cancel: Self::run_boxed_uncounted, evictable: false };
 
     /// Wraps `func` into a job.
     pub(crate) fn into_job_ref(func: F) -> JobRef
@@ -131,16 +176,44 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// Whatever `func` borrows must outlive the job (scopes guarantee this by
     /// waiting for every job they spawned).
     pub(crate) unsafe fn into_job_ref_unchecked(func: F) -> JobRef {
+        // SAFETY: forwarded.
+        unsafe { Self::build(func, &Self::INLINE, &Self::BOXED) }
+    }
+
+    /// A job that runs even when cancelled (shutdown, eviction, a dropped
+    /// queue): a scope's task, whose scope is waiting for it and whose
+    /// borrows must not be released by anything but the task itself.
+    ///
+    /// # Safety
+    /// As for [`HeapJob::into_job_ref_unchecked`].
+    pub(crate) unsafe fn into_must_run_job_ref(func: F) -> JobRef {
+        // SAFETY: forwarded.
+        unsafe { Self::build(func, &Self::INLINE_MUST_RUN, &Self::BOXED_MUST_RUN) }
+    }
+
+    unsafe fn build(func: F, inline: &'static JobVTable, boxed: &'static JobVTable) -> JobRef {
         if Self::FITS_INLINE {
             let mut payload: Payload = [MaybeUninit::uninit(); 4];
             // SAFETY: F fits the payload's size and alignment.
             unsafe { std::ptr::write(payload.as_mut_ptr() as *mut F, func) };
-            JobRef { payload, vtable: &Self::INLINE }
+            JobRef { payload, vtable: inline, tag: 0 }
         } else {
             let data = NonNull::from(Box::leak(Box::new(func))).cast::<()>();
             // SAFETY: data is a leaked Box<F>, matching the boxed vtable.
-            unsafe { JobRef::from_pointer(data, &Self::BOXED) }
+            unsafe { JobRef::from_pointer(data, boxed) }
         }
+    }
+
+    unsafe fn run_inline_uncounted(payload: *mut Payload) -> bool {
+        // SAFETY: forwarded.
+        unsafe { Self::run_inline(payload) };
+        false
+    }
+
+    unsafe fn run_boxed_uncounted(payload: *mut Payload) -> bool {
+        // SAFETY: forwarded.
+        unsafe { Self::run_boxed(payload) };
+        false
     }
 
     unsafe fn run_inline(payload: *mut Payload) -> bool {

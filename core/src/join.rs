@@ -21,7 +21,7 @@ use std::thread::Result as ThreadResult;
 use crate::job::{JobRef, JobVTable, Payload};
 use crate::latch::{Awaitable, OnceLatch, OwnerLatch};
 use crate::registry::Registry;
-use crate::worker::WorkerThread;
+use crate::worker::{AbortOnUnwind, WorkerThread};
 
 fn count_panic() {
     if let Some(worker) = WorkerThread::current() {
@@ -46,7 +46,7 @@ struct StackJob<F, R> {
 impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
     // A join's half must run even when "cancelled" (shutdown): the joiner
     // is waiting for it. So both entries run it.
-    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job };
+    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job, evictable: false };
 
     /// # Safety
     /// The job must not be moved or freed until its latch is set.
@@ -57,6 +57,11 @@ impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
     }
 
     unsafe fn run_job(payload: *mut Payload) -> bool {
+        // The joiner's frame stays alive only until the latch is set: if
+        // anything here unwound past the set, the joiner would wait forever
+        // or, worse, return early. Nothing can (the user's code is
+        // contained), and the guard makes sure of it.
+        let guard = AbortOnUnwind("a join's second half");
         // SAFETY: built by `job_ref`.
         let this = unsafe { JobRef::pointer(payload) }.cast::<Self>().as_ptr() as *const Self;
         // SAFETY: live until the latch is set below; only one runner.
@@ -69,6 +74,7 @@ impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
             *(*this).result.get() = Some(result);
             OwnerLatch::set(&(*this).latch);
         }
+        std::mem::forget(guard);
         // Half of a join is not a submitted task: not counted as completed.
         false
     }
@@ -115,8 +121,9 @@ where
                 }
                 return combine(ra, rb);
             }
-            // Work `a` spawned and left behind: run it, then look again.
-            Some(job) => worker.execute(job),
+            // Work `a` spawned and left behind: run it (if it is of this
+            // task's region), then look again.
+            Some(job) => worker.run_or_hand_over(job),
             None => {
                 worker.wait_until(&job_b.latch, None);
             }
@@ -138,7 +145,7 @@ struct SharedJob<F, R> {
 unsafe impl<F: Send, R: Send> Sync for SharedJob<F, R> {}
 
 impl<F: FnOnce() -> R + Send, R: Send> SharedJob<F, R> {
-    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job };
+    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job, evictable: false };
 
     fn run_if_unclaimed(&self) -> bool {
         if self.claimed.swap(true, SeqCst) {
@@ -192,7 +199,11 @@ where
     // `func` was taken (run here or by a worker, latch set) and the queued
     // job then holds nothing but empty slots.
     let job = unsafe { JobRef::from_pointer(raw, &SharedJob::<B, RB>::VTABLE) };
-    registry.push_internal(job);
+    // Once the pool is closing, `b` is not queued: the caller runs it below.
+    match registry.open_submission(None) {
+        Ok(_open) => registry.push_internal(job),
+        Err(_) => drop(job),
+    }
     let ra = catch_unwind(AssertUnwindSafe(a));
     if !job_b.run_if_unclaimed() {
         job_b.latch.block_until(None);

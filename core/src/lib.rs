@@ -27,10 +27,13 @@
 //! units of work and what waiters wait on), `task`/`group`/`scope`/
 //! `serial`/`join` (the ways to submit), `stats`, `config`, `error`.
 
+#[cfg(doctest)]
+mod compile_fail;
 mod config;
 mod error;
 mod group;
 mod growth;
+mod isolation;
 mod job;
 mod join;
 mod latch;
@@ -42,14 +45,16 @@ mod sleep;
 mod stats;
 mod sync;
 mod task;
+mod wait;
 mod worker;
 
 pub use config::{
     Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
 };
-pub use error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
+pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;
 pub use growth::{blocking, blocking_begin, blocking_end};
+pub use isolation::isolate;
 pub use join::join;
 pub use pool::{Pool, Shutdown, SpawnOptions};
 pub use scope::Scope;
@@ -63,5 +68,5 @@ pub use worker::current_index;
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::growth::compensation::Compensation;
-    pub use crate::sleep::{Sleep, Wake};
+    pub use crate::sleep::{NO_REGION, Sleep, Wake};
 }

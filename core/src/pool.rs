@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Builder;
-use crate::error::{ConfigError, ShutdownTimedOut, SpawnError};
+use crate::error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind};
 use crate::group::Group;
 use crate::growth::Monitor;
 use crate::job::HeapJob;
@@ -25,14 +25,20 @@ pub enum Shutdown {
     Cancel,
 }
 
-/// Where a submission goes.
+/// Where a submission goes. Every submission kind takes the same options:
+/// a task may run on a serial queue *and* count toward a group.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SpawnOptions<'a> {
     /// Skip the submitting worker's own deque and use the global queue, so
-    /// the task is ordered fairly with foreign submissions.
+    /// the task is ordered fairly with foreign submissions. (Serial tasks
+    /// always take their turn through the global queue.)
     pub global: bool,
-    /// Count the task toward this group (it must belong to the same pool).
+    /// Count the task toward this group. It must belong to the same pool,
+    /// else the submission fails with `SubmitErrorKind::WrongPool`.
     pub group: Option<&'a Group>,
+    /// Run the task on this serial queue (FIFO, one at a time). It must
+    /// belong to the same pool, else `SubmitErrorKind::WrongPool`.
+    pub serial: Option<&'a SerialQueue>,
 }
 
 /// A work-stealing thread pool. Cheap to clone; when the last clone is
@@ -87,16 +93,17 @@ impl Pool {
         let min = config.min_threads;
         let registry = Arc::new(Registry::new(config));
         let pool = Pool { inner: Arc::new(PoolInner { registry: registry.clone() }) };
-        for _ in 0..min {
-            if !registry.spawn_worker(false) {
-                break;
+        // A pool that cannot start `min_threads` fails here, with the OS's
+        // reason, rather than running short from its first task on. The
+        // threads already started are stopped when `pool` drops.
+        for started in 0..min {
+            if let Err(e) = registry.try_spawn_worker(false) {
+                let why = e.map_or_else(|| "no free worker slot".to_owned(), |e| e.to_string());
+                return Err(ConfigError::spawn(format!("started {started} of {min} worker threads: {why}")));
             }
         }
-        if registry.live_threads() == 0 {
-            return Err(ConfigError::new("could not start any worker thread"));
-        }
         if let Err(e) = Monitor::start(&registry) {
-            return Err(ConfigError::new(format!("could not start the monitor thread: {e}")));
+            return Err(ConfigError::spawn(format!("could not start the monitor thread: {e}")));
         }
         Ok(pool)
     }
@@ -114,15 +121,29 @@ impl Pool {
 
     /// Like `spawn`, always through the global queue (fairness).
     pub fn spawn_global<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
-        self.spawn_with(SpawnOptions { global: true, group: None }, f)
+        self.spawn_with(SpawnOptions { global: true, ..SpawnOptions::default() }, f)
     }
 
     /// `spawn` with options.
     pub fn spawn_with<F: FnOnce() + Send + 'static>(&self, opts: SpawnOptions<'_>, f: F) -> Result<(), SpawnError<F>> {
-        match opts.group {
-            Some(group) => group.spawn_inner(f, opts.global),
-            None => self.registry().submit_job(f, opts.global, HeapJob::into_job_ref),
+        if let Err(kind) = self.check_owner(&opts) {
+            return Err(SpawnError::new(kind, f));
         }
+        match (opts.serial, opts.group) {
+            (Some(serial), group) => serial.spawn_in(group, f),
+            (None, Some(group)) => group.spawn_inner(f, opts.global),
+            (None, None) => self.registry().submit_job(f, opts.global, HeapJob::into_job_ref),
+        }
+    }
+
+    /// Refuses a group or serial queue of another pool: its tasks would run
+    /// on, and be counted by, the wrong pool.
+    fn check_owner(&self, opts: &SpawnOptions<'_>) -> Result<(), SubmitErrorKind> {
+        let mine = |r: &Arc<Registry>| Arc::ptr_eq(r, self.registry());
+        if opts.group.is_some_and(|g| !mine(g.registry())) || opts.serial.is_some_and(|q| !mine(q.registry())) {
+            return Err(SubmitErrorKind::WrongPool);
+        }
+        Ok(())
     }
 
     /// Runs `f` on the pool and returns a handle to its result.
@@ -140,8 +161,13 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        if let Some(group) = opts.group {
-            return group.submit_inner(f, opts.global);
+        if let Err(kind) = self.check_owner(&opts) {
+            return Err(SpawnError::new(kind, f));
+        }
+        match (opts.serial, opts.group) {
+            (Some(serial), group) => return serial.submit_in(group, f),
+            (None, Some(group)) => return group.submit_inner(f, opts.global),
+            (None, None) => {}
         }
         let registry = self.registry();
         let mut handle = None;

@@ -18,7 +18,7 @@ use crossbeam_utils::CachePadded;
 use crate::config::{Builder, Growth, Reject};
 use crate::error::{SpawnError, SubmitErrorKind};
 use crate::growth::{Compensation, Monitor};
-use crate::job::{JobRef, JobVTable, Payload};
+use crate::job::{JobRef, JobVTable, Payload, Tag};
 use crate::latch::Signal;
 use crate::sleep::Sleep;
 use crate::stats::{self, QueueDelay, SharedCounters, Stats, WorkerCounters, bump};
@@ -60,6 +60,10 @@ pub(crate) struct Registry {
     pub(crate) high_water: AtomicUsize,
     /// Threads in a blocking region, and the handshake that lends threads.
     pub(crate) compensation: Compensation,
+    /// Threads started and not yet looking for work (their start hook may
+    /// still run). Admission counts them as about to take a task, although
+    /// the sleep state does not count them as searching yet.
+    pub(crate) starting: AtomicUsize,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -67,6 +71,9 @@ pub(crate) struct Registry {
     pub(crate) state: AtomicU8,
     /// Tasks waiting in the queues, kept exact only when `tracks_queue`.
     queued: AtomicUsize,
+    /// Foreign submissions between their open-check and their push; see
+    /// [`InFlight`].
+    inflight: InFlight,
     /// Submitters waiting for room (Reject::Block).
     room: Signal,
     pub(crate) counters: SharedCounters,
@@ -100,10 +107,12 @@ impl Registry {
             threads: AtomicUsize::new(0),
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),
+            starting: AtomicUsize::new(0),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),
             queued: AtomicUsize::new(0),
+            inflight: InFlight::default(),
             room: Signal::default(),
             counters: SharedCounters::default(),
             delay: QueueDelay::default(),
@@ -127,12 +136,16 @@ impl Registry {
 
     // ---------------------------------------------------------------- submit
 
-    /// Refuses new work once shutdown began (pool threads may still add work
-    /// while draining: it is part of what is being drained).
-    pub(crate) fn check_open(&self) -> Result<(), SubmitErrorKind> {
+    /// Opens a submission: refused once shutdown began, except for pool
+    /// threads of a draining pool (what they add is part of what is being
+    /// drained). A foreign submitter holds an [`InFlight`] ticket until its
+    /// job is pushed (the returned guard), which is what makes closing the
+    /// pool atomic: see [`InFlight`].
+    pub(crate) fn open_submission(&self, worker: Option<&WorkerThread>) -> Result<Admitted<'_>, SubmitErrorKind> {
+        let admitted = Admitted { registry: self, stripe: worker.is_none().then(|| self.inflight.enter()) };
         match self.state() {
-            RUNNING => Ok(()),
-            DRAINING if self.current_worker().is_some() => Ok(()),
+            RUNNING => Ok(admitted),
+            DRAINING if worker.is_some() => Ok(admitted),
             _ => Err(SubmitErrorKind::Shutdown),
         }
     }
@@ -146,18 +159,18 @@ impl Registry {
         }
     }
 
-    /// Decides whether a submission may enter the pool. Runs before the task
-    /// is boxed, so a refusal can hand the caller its task back.
-    pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, SubmitErrorKind> {
-        self.check_open()?;
+    /// Decides whether a submission may enter the pool (capacity and reject
+    /// policy). Runs before the task is boxed, so a refusal can hand the
+    /// caller its task back.
+    fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
         if !self.tracks_queue {
             return Ok(Admission::Queue);
         }
-        self.admit_counted()
+        self.admit_counted(worker)
     }
 
     #[cold]
-    fn admit_counted(self: &Arc<Self>) -> Result<Admission, SubmitErrorKind> {
+    fn admit_counted(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
         let capacity = self.config.queue_capacity;
         let deadline = match self.config.reject {
             Reject::BlockFor(d) => Some(Instant::now() + d),
@@ -167,8 +180,7 @@ impl Registry {
             // Tasks an idle (searching or parked) thread is about to take
             // are not waiting for room; only the excess occupies the queue.
             let waiting = self.queued.fetch_add(1, SeqCst) + 1;
-            let (searching, sleeping) = self.sleep.counts();
-            let excess = waiting.saturating_sub(searching + sleeping);
+            let excess = waiting.saturating_sub(self.idle_or_starting());
             let grew = self.grow_for_submission(excess);
             if capacity == 0 || excess <= capacity || grew {
                 return Ok(Admission::Queue);
@@ -186,9 +198,9 @@ impl Registry {
                 }
                 Reject::Block | Reject::BlockFor(_) => {
                     self.queued.fetch_sub(1, SeqCst);
-                    // A pool thread must not wait for room it would make.
-                    if self.current_worker().is_none()
-                        && self.room.wait_until(|| self.has_room() || self.state() != RUNNING, deadline)
+                    // A pool thread is refused at once: it must not wait for
+                    // room that it may be the one to make (documented rule).
+                    if worker.is_none() && self.room.wait_until(|| self.has_room() || self.state() != RUNNING, deadline)
                     {
                         if self.state() != RUNNING {
                             return Err(SubmitErrorKind::Shutdown);
@@ -206,8 +218,13 @@ impl Registry {
     }
 
     fn has_room(&self) -> bool {
+        self.queued.load(SeqCst).saturating_sub(self.idle_or_starting()) < self.config.queue_capacity
+    }
+
+    /// Threads about to take a task: searching, parked idle, or starting.
+    fn idle_or_starting(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
-        self.queued.load(SeqCst).saturating_sub(searching + sleeping) < self.config.queue_capacity
+        searching + sleeping + self.starting.load(SeqCst)
     }
 
     /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
@@ -222,19 +239,41 @@ impl Registry {
         want && self.spawn_worker(false)
     }
 
-    /// Evicts the oldest task in the global queue to make room; its cancel
-    /// path runs. Deque tasks are never evicted: they belong to running work.
-    fn discard_oldest(&self) -> bool {
-        loop {
+    /// Evicts the oldest *user task* in the global queue to make room; its
+    /// cancel path runs, and exactly one task is cancelled. Plumbing met on
+    /// the way (a serial queue's turn, a foreign join's half) and scope tasks
+    /// are never evicted: they go back to the global queue. Deque tasks are
+    /// never evicted: they belong to running work.
+    fn discard_oldest(self: &Arc<Self>) -> bool {
+        /// How far past pinned jobs to look for a task to evict.
+        const LOOK_PAST: usize = 64;
+        let mut pinned = Vec::new();
+        let evicted = loop {
             match self.injector.steal() {
+                Steal::Success(job) if job.evictable() => break Some(job),
                 Steal::Success(job) => {
-                    self.on_dequeue();
-                    self.cancel_job(job);
-                    return true;
+                    pinned.push(job);
+                    if pinned.len() >= LOOK_PAST {
+                        break None;
+                    }
                 }
-                Steal::Empty => return false,
+                Steal::Empty => break None,
                 Steal::Retry => continue,
             }
+        };
+        if !pinned.is_empty() {
+            for job in pinned {
+                self.injector.push(job);
+            }
+            self.wake_for_new_work();
+        }
+        match evicted {
+            Some(job) => {
+                self.on_dequeue();
+                self.cancel_job(job);
+                true
+            }
+            None => false,
         }
     }
 
@@ -246,62 +285,80 @@ impl Registry {
         global: bool,
         into_job: impl FnOnce(F) -> JobRef,
     ) -> Result<(), SpawnError<F>> {
-        match self.admit() {
+        let worker = self.current_worker();
+        let open = match self.open_submission(worker) {
+            Ok(open) => open,
+            Err(kind) => return Err(SpawnError::new(kind, task)),
+        };
+        match self.admit(worker) {
             Err(kind) => Err(SpawnError::new(kind, task)),
             Ok(Admission::RunOnCaller) => {
-                self.count_submitted(self.current_worker());
+                // Not queued: the ticket must not hold a closing pool up for
+                // as long as the task runs.
+                drop(open);
+                self.count_submitted(worker);
                 self.run_on_caller(into_job(task));
                 Ok(())
             }
             Ok(Admission::Queue) => {
                 let job = into_job(task);
                 let job = if stats::should_sample_delay() { sampled(job) } else { job };
-                self.push(job, global);
+                self.count_submitted(worker);
+                self.enqueue(worker, job, global);
                 Ok(())
             }
         }
     }
 
-    /// Pushes an admitted job and wakes a worker if nobody is searching.
-    #[inline]
-    pub(crate) fn push(self: &Arc<Self>, job: JobRef, global: bool) {
-        let worker = self.current_worker();
-        self.count_submitted(worker);
-        self.enqueue(worker, job, global);
+    /// Pushes a job that bypasses admission (the second half of a `join`):
+    /// it must run, so it cannot be refused. The caller holds an open
+    /// submission if it is a foreign thread.
+    pub(crate) fn push_internal(self: &Arc<Self>, job: JobRef) {
+        self.push_uncounted(self.current_worker(), job, false);
     }
 
-    /// Pushes a job that bypasses admission (the second half of a `join`,
-    /// a serial queue's next turn): it must run, so it cannot be refused.
-    pub(crate) fn push_internal(self: &Arc<Self>, job: JobRef) {
-        self.push_uncounted(self.current_worker(), job);
+    /// A serial queue's turn: always through the global queue, so turns of
+    /// different queues interleave in FIFO order, and never run by a
+    /// helping waiter (see `isolation.rs`).
+    pub(crate) fn push_turn(self: &Arc<Self>, job: JobRef) {
+        self.push_uncounted(self.current_worker(), job.never_help(), true);
     }
 
     /// `push_internal` for a caller that knows it is `worker` of this pool.
     #[inline]
     pub(crate) fn push_local(self: &Arc<Self>, worker: &WorkerThread, job: JobRef) {
-        self.push_uncounted(Some(worker), job);
+        self.push_uncounted(Some(worker), job, false);
     }
 
     #[inline]
-    fn push_uncounted(self: &Arc<Self>, worker: Option<&WorkerThread>, job: JobRef) {
+    fn push_uncounted(self: &Arc<Self>, worker: Option<&WorkerThread>, job: JobRef, global: bool) {
         if self.tracks_queue {
             self.queued.fetch_add(1, SeqCst);
         }
-        self.enqueue(worker, job, false);
+        self.enqueue(worker, job, global);
     }
 
     /// The one place a job enters a queue: the calling worker's own deque
     /// unless `global` (or the caller is not a worker of this pool), else the
-    /// injector. The injector's push reserves its slot with a SeqCst CAS,
-    /// which orders it before `notify_one`'s read like a fence; a local push
-    /// needs none (see `WorkerThread::push_and_wake`).
+    /// injector. The job joins the submitting task's isolation region, or a
+    /// fresh one from outside the pool. The injector's push reserves its
+    /// slot with a SeqCst CAS, which orders it before `notify_one`'s read
+    /// like a fence; a local push fences explicitly
+    /// (`WorkerThread::push_and_wake`).
     #[inline]
-    fn enqueue(self: &Arc<Self>, worker: Option<&WorkerThread>, job: JobRef, global: bool) {
+    fn enqueue(self: &Arc<Self>, worker: Option<&WorkerThread>, mut job: JobRef, global: bool) {
         match worker {
             Some(worker) if !global => worker.push_and_wake(job),
-            _ => {
+            Some(worker) => {
+                job.tag_if_unset(|| worker.region.get());
+                let region = job.tag();
                 self.injector.push(job);
-                self.notify_new_work();
+                self.notify_new_work(Some(region));
+            }
+            None => {
+                job.tag_if_unset(crate::isolation::fresh_region);
+                self.injector.push(job);
+                self.notify_new_work(None);
             }
         }
     }
@@ -311,14 +368,26 @@ impl Registry {
     #[inline]
     pub(crate) fn wake_for_new_work(self: &Arc<Self>) {
         std::sync::atomic::fence(SeqCst);
-        self.notify_new_work();
+        self.notify_new_work(None);
     }
 
-    /// Wakes one sleeper if nobody searches (the caller has ordered its
-    /// publication first), and lends a thread if every runner is blocked.
+    /// Wakes one idle worker if nobody searches (the caller has ordered its
+    /// publication first) or, for work of a pool thread's `region`, a waiter
+    /// of that region; lends a thread if every runner is blocked.
     #[inline]
-    pub(crate) fn notify_new_work(self: &Arc<Self>) {
-        let woke = self.sleep.notify_one();
+    pub(crate) fn notify_new_work(self: &Arc<Self>, region: Option<Tag>) {
+        let woke = match region {
+            Some(region) => self.sleep.notify_for_push(region),
+            None => self.sleep.notify_one(),
+        };
+        self.after_notify(woke);
+    }
+
+    /// What follows a submission's wake-up attempt: the monitor learns the
+    /// pool is busy, and if nobody was woken while threads are blocked, the
+    /// pool may lend one.
+    #[inline]
+    pub(crate) fn after_notify(self: &Arc<Self>, woke: bool) {
         if woke {
             self.monitor.kick();
         }
@@ -357,6 +426,12 @@ impl Registry {
         self.slots[..n].iter().any(|s| !s.stealer.is_empty())
     }
 
+    /// A draining pool is done: no foreign submission is on its way (read
+    /// first: such a one pushes before it leaves) and no job is visible.
+    pub(crate) fn drained(&self) -> bool {
+        self.inflight.is_empty() && !self.has_visible_work()
+    }
+
     pub(crate) fn queued_now(&self) -> usize {
         if self.tracks_queue {
             return self.queued.load(SeqCst);
@@ -386,7 +461,7 @@ impl Registry {
         let threads = self.live_threads();
         st.threads = threads as u32;
         st.idle_threads = (searching + sleeping).min(threads) as u32;
-        st.blocked_threads = self.compensation.blocked() as u32;
+        st.blocked_threads = (self.compensation.blocked() + self.compensation.waiting()) as u32;
         st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
         st.rejected = self.counters.rejected.sum();
         st.cancelled = self.counters.cancelled.sum();
@@ -395,6 +470,7 @@ impl Registry {
         st.threads_retired = self.counters.threads_retired.load(Relaxed);
         st.starvation_injections = self.counters.starvation_injections.load(Relaxed);
         st.spawn_failures = self.counters.spawn_failures.load(Relaxed);
+        st.unbalanced_blocking = self.counters.unbalanced_blocking.load(Relaxed);
         st.queued = self.queued_now() as u64;
         (st.queue_delay_p50_ns, st.queue_delay_p99_ns, st.queue_delay_max_ns) = self.delay.percentiles();
         st
@@ -402,16 +478,19 @@ impl Registry {
 
     // ------------------------------------------------------------ shutdown
 
-    /// Moves to DRAINING or CANCELLING (never back), wakes everyone.
+    /// Moves to DRAINING or CANCELLING (never back), wakes everyone. A
+    /// draining pool keeps every growth mechanism (blocking regions lend
+    /// threads, the monitor watches) until its queues are empty; a
+    /// cancelling one stops growing.
     pub(crate) fn begin_shutdown(self: &Arc<Self>, cancel: bool) {
         let target = if cancel { CANCELLING } else { DRAINING };
         self.state.fetch_max(target, SeqCst);
         if cancel {
             self.cancel_global_queue();
+            self.monitor.stop();
         }
         self.sleep.notify_all();
         self.room.notify();
-        self.monitor.stop();
     }
 
     pub(crate) fn cancel_global_queue(&self) {
@@ -440,22 +519,94 @@ impl Registry {
         }
     }
 
-    /// Waits for every worker thread to exit, then joins them.
+    /// Waits for every worker thread to exit, then joins them. On success
+    /// the pool is closed for good: every accepted job ran (drain) or was
+    /// cancelled (cancel).
     pub(crate) fn wait_for_exit(&self, deadline: Option<Instant>) -> bool {
         if !self.exited.wait_until(|| self.running_threads.load(SeqCst) == 0, deadline) {
             return false;
         }
+        self.monitor.stop();
         for slot in self.slots.iter() {
             if let Some(handle) = lock(&slot.join).take() {
                 let _ = handle.join();
             }
         }
         self.monitor.join();
-        // Anything a racing submitter pushed after the workers left.
-        if self.state() == CANCELLING || !self.injector.is_empty() {
-            self.cancel_global_queue();
+        // Workers exit only once no admitted foreign submission is on its
+        // way, so nothing normally remains. What does (a job pushed by a
+        // pool thread of this pool after the last worker's final look; a
+        // worker that retired with jobs) is handled here, as the mode says.
+        while !self.inflight.is_empty() {
+            std::thread::yield_now();
+        }
+        loop {
+            match self.injector.steal() {
+                Steal::Success(job) if self.state() == CANCELLING => {
+                    self.on_dequeue();
+                    self.cancel_job(job);
+                }
+                Steal::Success(job) => {
+                    self.on_dequeue();
+                    self.run_on_caller(job);
+                }
+                Steal::Empty => break,
+                Steal::Retry => continue,
+            }
         }
         true
+    }
+}
+
+/// Foreign submissions in flight: between the check that the pool is open
+/// and the push that makes the job visible. Striped per thread, like the
+/// counters, so concurrent submitters do not share a cache line.
+///
+/// Closing protocol (every access SeqCst): a submitter increments its
+/// stripe, then reads `state`; shutdown writes `state`, and a worker about
+/// to exit reads every stripe, then scans the queues. Either the
+/// submitter's read comes after the write in the single total order (it
+/// sees the pool closed and backs out), or its increment comes before the
+/// exiting worker's read of that stripe (the worker waits for it to reach
+/// zero, which happens only after the push, which its scan then sees). So
+/// no job is pushed after the last worker looked, and every accepted job is
+/// run (drain) or cancelled (cancel) before shutdown returns. Pool threads
+/// take no ticket: they are alive and run their own deque before exiting.
+#[derive(Default)]
+struct InFlight {
+    stripes: [CachePadded<AtomicUsize>; stats::STRIPES],
+}
+
+impl InFlight {
+    fn enter(&self) -> usize {
+        let stripe = stats::my_stripe();
+        self.stripes[stripe].fetch_add(1, SeqCst);
+        stripe
+    }
+
+    fn leave(&self, stripe: usize) {
+        self.stripes[stripe].fetch_sub(1, SeqCst);
+    }
+
+    /// Each stripe only counts its own threads' open submissions, so it is
+    /// never negative, and all-zero means none is open.
+    fn is_empty(&self) -> bool {
+        self.stripes.iter().all(|s| s.load(SeqCst) == 0)
+    }
+}
+
+/// An open submission ([`Registry::open_submission`]); leaving it releases
+/// the foreign submitter's ticket.
+pub(crate) struct Admitted<'a> {
+    registry: &'a Registry,
+    stripe: Option<usize>,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if let Some(stripe) = self.stripe {
+            self.registry.inflight.leave(stripe);
+        }
     }
 }
 
@@ -466,7 +617,9 @@ struct Sampled {
 }
 
 impl Sampled {
-    const VTABLE: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel };
+    // The wrapper answers `evictable` like the job it wraps.
+    const EVICTABLE: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel, evictable: true };
+    const PINNED: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel, evictable: false };
 
     unsafe fn run(payload: *mut Payload) -> bool {
         // SAFETY: a leaked Box<Sampled>, consumed once.
@@ -487,10 +640,11 @@ impl Sampled {
 
 #[cold]
 fn sampled(job: JobRef) -> JobRef {
+    let vtable = if job.evictable() { &Sampled::EVICTABLE } else { &Sampled::PINNED };
     let boxed = Box::new(Sampled { job, submitted_at: Instant::now() });
     let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();
     // SAFETY: a leaked Box<Sampled> with its own vtable; Sampled is Send.
-    unsafe { JobRef::from_pointer(data, &Sampled::VTABLE) }
+    unsafe { JobRef::from_pointer(data, vtable) }
 }
 
 /// Drops a panic payload, whose own destructor might panic.

@@ -18,7 +18,7 @@ use crate::job::HeapJob;
 use crate::latch::OwnerLatch;
 use crate::registry::Registry;
 use crate::sync::lock;
-use crate::worker::wait_on;
+use crate::wait::wait_on;
 
 /// A scope handed to [`crate::Pool::scope`]'s closure. Every task spawned
 /// in it finishes before `scope` returns, so tasks may borrow anything that
@@ -68,9 +68,12 @@ impl Drop for ScopeMember {
 }
 
 impl<'scope> Scope<'scope, '_> {
-    /// Spawns a task that may borrow from outside the scope. If the pool
-    /// is shut down or its queue refuses the task, it runs right here, so
-    /// a scope's work is never lost.
+    /// Spawns a task that may borrow from outside the scope. A scope's
+    /// work is never lost: if the pool is shut down or its queue refuses
+    /// the task, it runs right here; a queued scope task is run, never
+    /// cancelled, by `Shutdown::Cancel` and is never evicted by
+    /// `Reject::DiscardOldest`. Its captures are dropped before `scope`
+    /// can return (the task's count is released last).
     pub fn spawn<F: FnOnce() + Send + 'scope>(&'scope self, f: F) {
         self.data.pending.fetch_add(1, SeqCst);
         let member = ScopeMember(&self.data);
@@ -85,8 +88,10 @@ impl<'scope> Scope<'scope, '_> {
             }
         };
         // SAFETY: `run_scope` waits until every member is released, so the
-        // borrows in `task` outlive the job, run or cancelled.
-        let job = unsafe { HeapJob::into_job_ref_unchecked(task) };
+        // borrows in `task` outlive the job. The job is never dropped unrun
+        // (cancelling it runs it), and running it consumes `f`, dropping
+        // its captures, before `member` releases the count.
+        let job = unsafe { HeapJob::into_must_run_job_ref(task) };
         if let Err(refused) = self.registry.submit_job(job, false, |job| job) {
             self.registry.run_on_caller(refused.into_task());
         }

@@ -2,7 +2,11 @@
 //!
 //! Tasks wait in the queue's own list, not in the pool: only the queue's
 //! current turn is a pool job, so a waiting serial task never occupies a
-//! worker, and the pool interleaves many queues fairly (one task per turn).
+//! worker. Every turn goes through the global queue, so turns of different
+//! queues interleave in FIFO order (one task per turn), and no helping
+//! waiter ever runs a turn nested inside its wait: a serial task that waits
+//! can therefore never end up waiting, on its own stack, for its queue's
+//! next task.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -10,6 +14,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use crate::error::SpawnError;
+use crate::group::Group;
 use crate::job::{HeapJob, JobRef, JobVTable, Payload};
 use crate::registry::{Registry, drop_payload};
 use crate::sync::lock;
@@ -38,12 +43,12 @@ impl SerialInner {
     /// The pool job for one turn: a pointer to the queue. Run, it runs the
     /// next task; dropped unrun (`Shutdown::Cancel`), it cancels every
     /// queued task, each counted once, and is not a task itself.
-    const TURN: JobVTable = JobVTable { run: Self::run_turn_job, cancel: Self::cancel_turn_job };
+    const TURN: JobVTable = JobVTable { run: Self::run_turn_job, cancel: Self::cancel_turn_job, evictable: false };
 
     fn schedule(self: &Arc<Self>) {
         let data = NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
         // SAFETY: an Arc reference handed to the job, read back by TURN.
-        self.registry.push_internal(unsafe { JobRef::from_pointer(data, &Self::TURN) });
+        self.registry.push_turn(unsafe { JobRef::from_pointer(data, &Self::TURN) });
     }
 
     unsafe fn turn_of(payload: *mut Payload) -> Arc<Self> {
@@ -53,8 +58,7 @@ impl SerialInner {
 
     unsafe fn run_turn_job(payload: *mut Payload) -> bool {
         // SAFETY: built by `schedule`, consumed once.
-        unsafe { Self::turn_of(payload) }.run_turn();
-        true
+        unsafe { Self::turn_of(payload) }.run_turn()
     }
 
     unsafe fn cancel_turn_job(payload: *mut Payload) -> bool {
@@ -71,14 +75,20 @@ impl SerialInner {
         false
     }
 
-    fn run_turn(self: Arc<Self>) {
+    /// Runs the next task; true if a task ran (a cancelled task handle
+    /// left in the queue is a tombstone: it is counted as cancelled, not
+    /// also as completed).
+    fn run_turn(self: Arc<Self>) -> bool {
         let job = lock(&self.state).tasks.pop_front();
-        if let Some(job) = job
-            && let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.run()))
-        {
-            self.registry.counters.panicked.add(1);
-            drop_payload(payload);
-        }
+        let ran = match job.map(|job| catch_unwind(AssertUnwindSafe(|| job.run()))) {
+            Some(Ok(ran)) => ran,
+            Some(Err(payload)) => {
+                self.registry.counters.panicked.add(1);
+                drop_payload(payload);
+                true
+            }
+            None => false,
+        };
         let more = {
             let mut st = lock(&self.state);
             st.scheduled = !st.tasks.is_empty();
@@ -87,6 +97,7 @@ impl SerialInner {
         if more {
             self.schedule();
         }
+        ran
     }
 
     fn enqueue(self: &Arc<Self>, job: JobRef) {
@@ -112,12 +123,32 @@ impl SerialQueue {
         }
     }
 
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.inner.registry
+    }
+
     /// Appends `f`; it runs after every task queued before it has finished.
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
-        if let Err(kind) = self.inner.registry.check_open() {
-            return Err(SpawnError::new(kind, f));
-        }
-        self.inner.enqueue(HeapJob::into_job_ref(f));
+        self.spawn_in(None, f)
+    }
+
+    /// `spawn`, counting the task toward `group` too.
+    pub(crate) fn spawn_in<F: FnOnce() + Send + 'static>(
+        &self,
+        group: Option<&Group>,
+        f: F,
+    ) -> Result<(), SpawnError<F>> {
+        let registry = &self.inner.registry;
+        // Held until the turn is queued: see `Registry::open_submission`.
+        let _open = match registry.open_submission(registry.current_worker()) {
+            Ok(open) => open,
+            Err(kind) => return Err(SpawnError::new(kind, f)),
+        };
+        let job = match group {
+            Some(group) => HeapJob::into_job_ref(group.bind(f)),
+            None => HeapJob::into_job_ref(f),
+        };
+        self.inner.enqueue(job);
         Ok(())
     }
 
@@ -128,10 +159,24 @@ impl SerialQueue {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        if let Err(kind) = self.inner.registry.check_open() {
-            return Err(SpawnError::new(kind, f));
-        }
-        let (handle, job) = TaskHandle::new_detached(&self.inner.registry, f);
+        self.submit_in(None, f)
+    }
+
+    /// `submit`, counting the task toward `group` too.
+    pub(crate) fn submit_in<F, T>(&self, group: Option<&Group>, f: F) -> Result<TaskHandle<T>, SpawnError<F>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let registry = &self.inner.registry;
+        let _open = match registry.open_submission(registry.current_worker()) {
+            Ok(open) => open,
+            Err(kind) => return Err(SpawnError::new(kind, f)),
+        };
+        let (handle, job) = match group {
+            Some(group) => TaskHandle::new_detached(&self.inner.registry, group.bind_handled(f)),
+            None => TaskHandle::new_detached(&self.inner.registry, f),
+        };
         self.inner.enqueue(job);
         Ok(handle)
     }

@@ -65,6 +65,9 @@ pub struct Stats {
     pub queue_delay_max_ns: u64,
     /// Thread creations that failed (the pool went on with what it had).
     pub spawn_failures: u64,
+    /// Tasks that returned inside a blocking region they opened
+    /// (`blocking_begin` without `blocking_end`); the pool closed it.
+    pub unbalanced_blocking: u64,
 }
 
 /// One worker slot's counters. Only the thread occupying the slot writes.
@@ -87,6 +90,9 @@ pub(crate) struct WorkerCounters {
     /// monitor's hint (`growth::sample`); 0 when none.
     pub(crate) cpu_clock: AtomicU64,
     pub(crate) tid: AtomicU64,
+    /// The isolation region of the worker's current top-level task, so a
+    /// waiter of that region knows this worker's deque holds its work.
+    pub(crate) region: AtomicU64,
 }
 
 /// Single-writer increment: no locked instruction.
@@ -95,14 +101,14 @@ pub(crate) fn bump(c: &AtomicU64) {
     c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
-const STRIPES: usize = 16;
+pub(crate) const STRIPES: usize = 16;
 
 thread_local! {
     static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
 
-fn my_stripe() -> usize {
+pub(crate) fn my_stripe() -> usize {
     STRIPE.with(|s| {
         let mut v = s.get();
         if v == usize::MAX {
@@ -141,6 +147,7 @@ pub(crate) struct SharedCounters {
     pub(crate) threads_retired: AtomicU64,
     pub(crate) starvation_injections: AtomicU64,
     pub(crate) spawn_failures: AtomicU64,
+    pub(crate) unbalanced_blocking: AtomicU64,
     pub(crate) peak_threads: AtomicUsize,
 }
 

@@ -12,7 +12,7 @@ use crate::error::TaskError;
 use crate::job::{JobRef, JobVTable, Payload};
 use crate::latch::{Awaitable, OnceLatch};
 use crate::registry::{Registry, drop_payload};
-use crate::worker::wait_on;
+use crate::wait::wait_on;
 
 const PENDING: u8 = 0;
 const RUNNING: u8 = 1;
@@ -52,7 +52,7 @@ struct TaskCell<T, F> {
 unsafe impl<T: Send, F: Send> Sync for TaskCell<T, F> {}
 
 impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
-    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job };
+    const VTABLE: JobVTable = JobVTable { run: Self::run_job, cancel: Self::cancel_job, evictable: true };
 
     fn job_ref(self: &Arc<Self>) -> JobRef {
         let data = NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
@@ -192,7 +192,8 @@ impl<T: Send + 'static> TaskHandle<T> {
 
     /// Waits for the task and returns its value, or why there is none. On
     /// a pool thread this helps: if the task has not started it runs it
-    /// right here, otherwise it runs other work until the task is done.
+    /// right here, otherwise it runs work of its own isolation region (see
+    /// [`crate::isolate`]) until the task is done.
     pub fn wait(self) -> Result<T, TaskError> {
         self.wait_for(None);
         self.cell.take_result().unwrap_or(Err(TaskError::Cancelled))
@@ -200,13 +201,17 @@ impl<T: Send + 'static> TaskHandle<T> {
 
     /// Waits at most `timeout` (`None`: forever). Returns true once the task
     /// is finished (done or cancelled). A timeout leaves the task untouched.
+    /// A timed wait runs nothing on the waiting thread (it could not bound
+    /// how long that takes); an untimed one helps as [`TaskHandle::wait`].
     pub fn wait_for(&self, timeout: Option<Duration>) -> bool {
         let latch = self.cell.latch();
         if latch.probe() {
             return true;
         }
         let registry = self.cell.registry();
-        if let Some(worker) = registry.current_worker()
+        if timeout.is_none()
+            && let Some(worker) = registry.current_worker()
+            && worker.may_run_nested()
             && self.cell.run_inline()
         {
             crate::stats::bump(&worker.counters().completed);

@@ -1,14 +1,16 @@
-//! A worker thread: its main loop, where it looks for work, and how it
-//! waits (by helping).
+//! A worker thread: its main loop and where it looks for work. How it
+//! waits (help-while-waiting) is in `wait.rs`.
 //!
-//! Find-task order (crossbeam-deque's idiom):
+//! Find-task order (crossbeam-deque's idiom, with tokio's searching rule):
 //! 1. every 61st task, the global injector first, so a steady stream of
 //!    local work can never starve global submissions (seed 000's lesson
 //!    turned around: neither queue may outrank the other forever);
 //! 2. the worker's own deque (LIFO: hot in cache);
-//! 3. the injector, taking a batch into the own deque;
-//! 4. stealing a batch from another worker, starting at a random victim,
-//!    retrying while any victim answered `Steal::Retry`.
+//! 3. the injector, one job at a time (global work starts in submission
+//!    order, and nothing taken from it waits in a deque behind a task);
+//! 4. only a worker admitted as a *searcher* (at most half the pool, see
+//!    `sleep/README.md`) steals a batch from another worker, starting at a
+//!    random victim, retrying while any victim answered `Steal::Retry`.
 //!
 //! Threads injected by the starvation monitor swap 3 and 4: they take work
 //! already in flight before new global work, which is the fix seed 000 asks
@@ -19,22 +21,24 @@ use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Steal, Worker};
 
-use crate::job::JobRef;
-use crate::latch::Awaitable;
+use crate::job::{JobRef, Tag};
 use crate::registry::{CANCELLING, DRAINING, Registry, drop_payload};
 use crate::sleep::{Debounce, Wake};
 use crate::stats::{WorkerCounters, bump};
 
 /// A worker polls the injector first once every this many tasks.
 const FAIRNESS_INTERVAL: u32 = 61;
-/// Nested help-while-waiting frames allowed before a wait just blocks (each
-/// frame runs a task on top of the waiting one's stack).
-pub(crate) const MAX_HELP_DEPTH: u32 = 128;
+/// The most jobs one visit to the injector takes. One: global work then
+/// starts in exactly its submission order (a batch in the own deque would
+/// be overtaken by the fairness poll's newer pick) and a worker that blocks
+/// holds none of it hostage. Measured on the flood benchmark, batching
+/// bought nothing measurable over single steals on this 2-core machine.
+const GLOBAL_BATCH: usize = 1;
 
 thread_local! {
     static CURRENT: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
@@ -58,34 +62,58 @@ pub(crate) struct WorkerThread {
     steal_first: bool,
     rng: Cell<u64>,
     tick: Cell<u32>,
-    help_depth: Cell<u32>,
+    /// The isolation region of the task running now (0 between tasks);
+    /// see `isolation.rs`. Jobs this thread submits inherit it.
+    pub(crate) region: Cell<Tag>,
+    /// Nested help-while-waiting frames (a secondary bound; the stack left
+    /// is the primary one, see `wait.rs`).
+    pub(crate) help_depth: Cell<u32>,
     pub(crate) blocking_depth: Cell<u32>,
+    /// The lowest address this thread's stack may safely reach.
+    pub(crate) stack_low: usize,
+}
+
+/// Aborts the process if dropped during an unwind: placed where a panic
+/// would leave the pool in a state nobody can recover (a worker loop
+/// exiting silently, a latch half set). rayon-core's `AbortIfPanic`.
+pub(crate) struct AbortOnUnwind(pub(crate) &'static str);
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("wspool: fatal: a panic escaped {}; aborting (the pool cannot recover)", self.0);
+            std::process::abort();
+        }
+    }
 }
 
 impl WorkerThread {
     /// The worker running on this thread, of any pool.
     #[inline]
     pub(crate) fn current() -> Option<&'static WorkerThread> {
-        let p = CURRENT.with(|c| c.get());
+        let p = CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null());
         // SAFETY: set only for the lifetime of `run` on this thread, which
         // outlives every use (all uses are on this thread, inside tasks).
         unsafe { p.as_ref() }
     }
 
-    /// Pushes onto the own deque; wakes a sibling only if the deque was
-    /// empty (rayon's rule): otherwise an earlier push already offered work,
-    /// and a recursion that keeps its deque non-empty pays no wake-up check
-    /// per fork. No fence before the check: if the wake-up is missed, the
-    /// job is not stranded, because the owner runs its own deque before it
-    /// can park, helps from it while waiting, and lends a thread if it
-    /// enters a blocking region with it non-empty. A miss costs parallelism
-    /// for one job, never progress (rayon makes the same trade).
+    /// Pushes onto the own deque; offers it to the pool only if the deque
+    /// was empty (rayon's rule: otherwise an earlier push already offered
+    /// work, and a recursion that keeps its deque non-empty pays no
+    /// wake-up check per fork). `notify_after_local_push` fences between
+    /// the push (a Release store) and the read of the sleep state: without
+    /// that, push and a parking worker's re-scan can miss each other (store
+    /// buffering), and the job then waits out the owner's current task,
+    /// forever if that task blocks on it.
     #[inline]
-    pub(crate) fn push_and_wake(&self, job: JobRef) {
+    pub(crate) fn push_and_wake(&self, mut job: JobRef) {
+        job.tag_if_unset(|| self.region.get());
+        let region = job.tag();
         let was_empty = self.deque.is_empty();
         self.deque.push(job);
         if was_empty {
-            self.registry.notify_new_work();
+            let woke = self.registry.sleep.notify_after_local_push(region);
+            self.registry.after_notify(woke);
         }
     }
 
@@ -96,30 +124,37 @@ impl WorkerThread {
     /// Thread entry point.
     pub(crate) fn run(registry: Arc<Registry>, index: usize, deque: Worker<JobRef>, steal_first: bool) {
         let worker = WorkerThread {
+            stack_low: crate::wait::stack_low_bound(registry.config.stack_size),
             registry,
             index,
             deque,
             steal_first,
-            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) * 0xD1B5_4A32_D192_ED03)),
+            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
             tick: Cell::new(0),
+            region: Cell::new(0),
             help_depth: Cell::new(0),
             blocking_depth: Cell::new(0),
         };
+        // A panic outside a task (there should be none: every task, hook and
+        // destructor is contained) would leave the pool a thread short with
+        // its counters wrong: abort loudly instead of hanging later.
+        let guard = AbortOnUnwind("a wspool worker thread outside any task");
         CURRENT.with(|c| c.set(&worker));
-        if let Some(hook) = &worker.registry.config.on_thread_start {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index))) {
-                drop_payload(p);
-            }
+        if let Some(hook) = &worker.registry.config.on_thread_start
+            && let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index)))
+        {
+            drop_payload(p);
         }
         worker.main_loop();
-        if let Some(hook) = &worker.registry.config.on_thread_stop {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index))) {
-                drop_payload(p);
-            }
+        if let Some(hook) = &worker.registry.config.on_thread_stop
+            && let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index)))
+        {
+            drop_payload(p);
         }
         CURRENT.with(|c| c.set(ptr::null()));
         let WorkerThread { registry, deque, .. } = worker;
         registry.release_slot(index, deque);
+        std::mem::forget(guard);
     }
 
     fn main_loop(&self) {
@@ -127,10 +162,13 @@ impl WorkerThread {
         let spin_max = Duration::from_micros(u64::from(registry.config.spin_max_us));
         let mut debounce = Debounce::new(spin_max);
         self.publish_threshold(&debounce);
-        // Threads are born searching (see `Registry::spawn_worker`).
+        // A new thread counts as searching only now, after its start hook:
+        // while a slow hook runs, submitters must still wake somebody else.
+        registry.sleep.add_searcher();
+        registry.starting.fetch_sub(1, SeqCst);
         let mut searching = true;
         loop {
-            if let Some(job) = self.find_task(false) {
+            if let Some(job) = self.find_task(searching) {
                 if searching {
                     searching = false;
                     self.stop_searching();
@@ -142,7 +180,10 @@ impl WorkerThread {
                 continue;
             }
             match registry.state() {
-                DRAINING if !registry.has_visible_work() => break,
+                DRAINING if registry.drained() => break,
+                // A submission admitted before the queue closed is still on
+                // its way: it must be run, so wait for it.
+                DRAINING if !registry.has_visible_work() => std::thread::yield_now(),
                 CANCELLING => {
                     self.cancel_own_deque();
                     break;
@@ -153,7 +194,9 @@ impl WorkerThread {
                 searching = true;
                 continue;
             }
-            if let Some(budget) = debounce.spin_budget(Instant::now()) {
+            // Spinning is searching: a worker the search cap turned away
+            // parks at once.
+            if searching && let Some(budget) = debounce.spin_budget(Instant::now()) {
                 if let Some(job) = self.spin(budget) {
                     debounce.record(true);
                     // A hit is a wake-up without the system call: judge the
@@ -161,10 +204,8 @@ impl WorkerThread {
                     debounce.woken(Instant::now());
                     bump(&self.counters().spin_hits);
                     self.publish_threshold(&debounce);
-                    if searching {
-                        searching = false;
-                        self.stop_searching();
-                    }
+                    searching = false;
+                    self.stop_searching();
                     self.execute(job);
                     continue;
                 }
@@ -191,7 +232,7 @@ impl WorkerThread {
         if searching {
             self.stop_searching();
         }
-        registry.threads.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        registry.threads.fetch_sub(1, SeqCst);
     }
 
     fn publish_threshold(&self, debounce: &Debounce) {
@@ -204,20 +245,22 @@ impl WorkerThread {
     /// by as many workers as it needs, one wake-up at a time.
     pub(crate) fn stop_searching(&self) {
         let registry = &*self.registry;
-        // stop_searching is a SeqCst RMW: it orders the scan before notify_one.
+        // stop_searching is a SeqCst RMW followed by a fence for the last
+        // searcher: it orders the scan before notify_one.
         if registry.sleep.stop_searching() && registry.has_visible_work() && registry.sleep.notify_one() {
             registry.monitor.kick();
         }
     }
 
-    /// Spins (scanning the queues) for at most `budget`.
+    /// Spins (scanning the queues, stealing as the searcher it is) for at
+    /// most `budget`.
     fn spin(&self, budget: Duration) -> Option<JobRef> {
         let start = Instant::now();
         loop {
             for _ in 0..4 {
                 std::hint::spin_loop();
             }
-            if let Some(job) = self.find_task(false) {
+            if let Some(job) = self.find_task(true) {
                 return Some(job);
             }
             if self.registry.state() != crate::registry::RUNNING || start.elapsed() >= budget {
@@ -233,7 +276,10 @@ impl WorkerThread {
         }
     }
 
-    /// Runs one job taken from a queue, containing its panic.
+    /// Runs one job taken from a queue, containing its panic. The job runs
+    /// in its own isolation region; a top-level job (not one run while
+    /// helping) publishes that region so waiters of the same region know
+    /// this worker's deque holds their work.
     #[inline]
     pub(crate) fn execute(&self, job: JobRef) {
         let registry = &*self.registry;
@@ -243,11 +289,23 @@ impl WorkerThread {
             return;
         }
         let counters = self.counters();
+        let region = crate::isolation::region_of(job.tag());
+        let outer_region = self.region.replace(region);
+        if outer_region == 0 {
+            counters.region.store(region, Relaxed);
+        }
+        let outer_blocking = self.blocking_depth.get();
         // Nested runs (help-while-waiting) restore the outer task's mark.
         let outer = counters.in_task.load(Relaxed);
         counters.in_task.store(1, Relaxed);
         let outcome = catch_unwind(AssertUnwindSafe(|| job.run()));
         counters.in_task.store(outer, Relaxed);
+        if self.blocking_depth.get() > outer_blocking {
+            // The task left a blocking region open (`blocking_begin` with no
+            // `blocking_end`): close it, or the thread stays counted blocked.
+            crate::growth::close_unbalanced_blocking(self, outer_blocking);
+        }
+        self.region.set(outer_region);
         match outcome {
             Ok(true) => bump(&counters.completed),
             Ok(false) => {}
@@ -259,27 +317,26 @@ impl WorkerThread {
         }
     }
 
-    /// Finds a job: see the module comment for the order. `helping` (a
-    /// waiting thread) skips the fairness tick: it prefers its own deque.
-    pub(crate) fn find_task(&self, helping: bool) -> Option<JobRef> {
-        if !helping {
-            let tick = self.tick.get().wrapping_add(1);
-            self.tick.set(tick);
-            if tick % FAIRNESS_INTERVAL == 0
-                && let Some(job) = self.take_global()
-            {
-                return Some(job);
-            }
+    /// Finds a job for the main loop: see the module comment for the order.
+    /// Only a searcher steals.
+    fn find_task(&self, searching: bool) -> Option<JobRef> {
+        let tick = self.tick.get().wrapping_add(1);
+        self.tick.set(tick);
+        if tick % FAIRNESS_INTERVAL == 0
+            && let Some(job) = self.take_global()
+        {
+            return Some(job);
         }
         if let Some(job) = self.deque.pop() {
             self.count(Source::Local);
             return Some(job);
         }
-        if self.steal_first {
-            self.steal().or_else(|| self.take_global())
-        } else {
-            self.take_global().or_else(|| self.steal())
-        }
+        let steal = || if searching { self.steal(None) } else { None };
+        if self.steal_first { steal().or_else(|| self.take_global()) } else { self.take_global().or_else(steal) }
+    }
+
+    pub(crate) fn count_local_pop(&self) {
+        self.count(Source::Local);
     }
 
     fn count(&self, source: Source) {
@@ -293,7 +350,7 @@ impl WorkerThread {
 
     fn take_global(&self) -> Option<JobRef> {
         loop {
-            match self.registry.injector.steal_batch_and_pop(&self.deque) {
+            match self.registry.injector.steal_batch_with_limit_and_pop(&self.deque, GLOBAL_BATCH) {
                 Steal::Success(job) => {
                     self.count(Source::Global);
                     return Some(job);
@@ -304,7 +361,10 @@ impl WorkerThread {
         }
     }
 
-    fn steal(&self) -> Option<JobRef> {
+    /// Steals a batch from another worker. With `region`, only from
+    /// workers whose current top-level task is of that region (a waiter
+    /// looking for its own subtree).
+    pub(crate) fn steal(&self, region: Option<Tag>) -> Option<JobRef> {
         let registry = &*self.registry;
         let n = registry.high_water.load(Acquire);
         if n <= 1 {
@@ -318,7 +378,11 @@ impl WorkerThread {
                 if victim == self.index {
                     continue;
                 }
-                match registry.slots[victim].stealer.steal_batch_and_pop(&self.deque) {
+                let slot = &registry.slots[victim];
+                if region.is_some_and(|r| slot.counters.region.load(Relaxed) != r) {
+                    continue;
+                }
+                match slot.stealer.steal_batch_and_pop(&self.deque) {
                     Steal::Success(job) => {
                         self.count(Source::Stolen);
                         return Some(job);
@@ -343,90 +407,22 @@ impl WorkerThread {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as usize % n
     }
 
-    /// Help-while-waiting: runs other jobs until `latch` is set or the
-    /// deadline passes, parking (registered on the latch) only when there is
-    /// nothing to run. Returns whether the latch was set.
-    ///
-    /// What a waiting thread runs, in order of preference: its own deque
-    /// (the children it just forked, most likely what it waits for), then
-    /// other workers' in-flight work, then the global queue. Past
-    /// `MAX_HELP_DEPTH` nested waits it stops helping and blocks, counted
-    /// as a blocked thread so the pool compensates.
-    pub(crate) fn wait_until(&self, latch: &dyn Awaitable, deadline: Option<Instant>) -> bool {
-        if latch.probe() {
-            return true;
+    /// Moves every job of the own deque to the global queue, where any
+    /// thread can take it, and offers it: done when this thread is about to
+    /// block, so its queued work does not wait behind the blocking call.
+    pub(crate) fn offload_local_work(&self) {
+        let mut moved = false;
+        while let Some(job) = self.deque.pop() {
+            self.registry.injector.push(job);
+            moved = true;
         }
-        let depth = self.help_depth.get();
-        if depth >= MAX_HELP_DEPTH {
-            let _blocked = self.registry.enter_blocked();
-            return latch.block_until(deadline);
+        if moved {
+            self.registry.wake_for_new_work();
         }
-        self.help_depth.set(depth + 1);
-        let _restore = RestoreDepth(&self.help_depth, depth);
-        // A waiting worker is not blocked in its task: it helps or parks.
-        // The outer task's mark comes back on return.
-        let busy = &self.counters().in_task;
-        let outer_busy = busy.swap(0, Relaxed);
-        let _restore_busy = RestoreBusy(busy, outer_busy);
-        let registry = &*self.registry;
-        let mut searching = false;
-        let done = loop {
-            if latch.probe() {
-                break true;
-            }
-            if let Some(job) = self.find_task(true) {
-                if searching {
-                    searching = false;
-                    self.stop_searching();
-                }
-                self.execute(job);
-                continue;
-            }
-            let timeout = match deadline {
-                None => None,
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => break latch.probe(),
-                },
-            };
-            latch.register_sleeper(&self.registry, self.index);
-            registry.sleep.park(self.index, searching, timeout, || latch.probe() || registry.has_visible_work());
-            latch.unregister_sleeper(self.index);
-            searching = true;
-        };
-        if searching {
-            self.stop_searching();
-        }
-        done
-    }
-}
-
-struct RestoreBusy<'a>(&'a std::sync::atomic::AtomicU64, u64);
-
-impl Drop for RestoreBusy<'_> {
-    fn drop(&mut self) {
-        self.0.store(self.1, Relaxed);
-    }
-}
-
-struct RestoreDepth<'a>(&'a Cell<u32>, u32);
-
-impl Drop for RestoreDepth<'_> {
-    fn drop(&mut self) {
-        self.0.set(self.1);
     }
 }
 
 /// The index of the calling thread in its pool, if it is a pool worker.
 pub fn current_index() -> Option<usize> {
     WorkerThread::current().map(|w| w.index)
-}
-
-/// Waits for `latch` on any thread: helping on a worker of `registry`,
-/// blocking elsewhere.
-pub(crate) fn wait_on(registry: &Registry, latch: &dyn Awaitable, deadline: Option<Instant>) -> bool {
-    match registry.current_worker() {
-        Some(worker) => worker.wait_until(latch, deadline),
-        None => latch.block_until(deadline),
-    }
 }

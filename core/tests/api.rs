@@ -162,7 +162,7 @@ fn group_wait_timeout_and_group_submit() {
     // Spawning through options counts toward the group too.
     let n = Arc::new(AtomicUsize::new(0));
     let n2 = n.clone();
-    p.spawn_with(SpawnOptions { global: true, group: Some(&g) }, move || {
+    p.spawn_with(SpawnOptions { global: true, group: Some(&g), ..SpawnOptions::default() }, move || {
         n2.fetch_add(1, SeqCst);
     })
     .unwrap();

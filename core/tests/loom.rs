@@ -1,24 +1,56 @@
-//! loom models of the sleep/wake and blocking-compensation protocols.
+//! loom models of the sleep/wake, waiter and blocking-compensation protocols.
 //! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p wspool --test loom`
 //! (`make test-loom`). Without `--cfg loom` this file compiles to nothing.
+//!
+//! What is real and what is a model: every call into `Sleep` (park,
+//! park_waiter, notify_one, notify_after_local_push, notify_for_push,
+//! wake_worker, notify_all, the searching counters) and `Compensation` is
+//! the production code, compiled against loom's primitives through the
+//! `sync` shim. The deques are models (`Deque`, `Injector` below) with
+//! crossbeam's orderings on the words that matter: a local push publishes
+//! with a Release store and no fence; `is_empty` loads behind a SeqCst fence.
+//! The worker loops are the control flow of `WorkerThread::main_loop` and
+//! `wait.rs` reduced to the protocol steps (searching, taking, parking).
+//! loom cannot run crossbeam-deque itself, nor OS timeouts (a timed park is
+//! modelled as "may time out at once"); `core/tests/stress.rs` and the
+//! race tests in `lifecycle.rs` cover the real deques under contention.
 #![cfg(loom)]
 #![allow(missing_docs)]
 
-use loom::sync::Arc;
-use loom::sync::atomic::Ordering::SeqCst;
-use loom::sync::atomic::{AtomicUsize, fence};
+use loom::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, fence};
+use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use wspool::__loom::{Compensation, Sleep, Wake};
+use wspool::__loom::{Compensation, NO_REGION, Sleep, Wake};
 
-/// A stand-in for the queues: a count of jobs. A push is followed by a
-/// SeqCst fence, which is what production gets from the injector's SeqCst
-/// CAS or the explicit fence in `Registry::wake_for_new_work` (loom models
-/// SeqCst fences exactly but treats SeqCst accesses as acquire/release).
+/// A worker's own deque as crossbeam implements the words this protocol
+/// reads: the owner's push is a Release store of `back` (no fence); a
+/// thief's `is_empty` is a SeqCst fence then Acquire loads.
 #[derive(Default)]
-struct Queue(AtomicUsize);
+struct Deque(AtomicUsize);
 
-impl Queue {
+impl Deque {
+    fn push(&self) {
+        self.0.fetch_add(1, Release);
+    }
+    fn take(&self) -> bool {
+        self.0.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
+    }
+    fn is_empty(&self) -> bool {
+        fence(SeqCst);
+        self.0.load(Acquire) == 0
+    }
+}
+
+/// The global injector: its push reserves a slot with a SeqCst CAS, which
+/// orders it like a fence on x86 and in the C++20 model; loom models SeqCst
+/// accesses as acquire/release only, so the model adds the fence the CAS
+/// provides.
+#[derive(Default)]
+struct Injector(AtomicUsize);
+
+impl Injector {
     fn push(&self) {
         self.0.fetch_add(1, SeqCst);
         fence(SeqCst);
@@ -31,41 +63,99 @@ impl Queue {
     }
 }
 
-/// One worker loop iteration set: search, then park; returns after it has
-/// taken `want` jobs. Mirrors `WorkerThread::main_loop` (minus spinning).
-fn worker(sleep: &Sleep, queue: &Queue, index: usize, mut searching: bool, want: usize) {
+/// "The job has run", which a pool thread blocks on (an undeclared wait):
+/// blocking, not spinning, so a lost wake-up shows as a loom deadlock.
+#[derive(Default)]
+struct Done {
+    flag: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn set(&self) {
+        *self.flag.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+    fn wait(&self) {
+        let mut done = self.flag.lock().unwrap();
+        while !*done {
+            done = self.cv.wait(done).unwrap();
+        }
+    }
+}
+
+/// An idle worker: take work, else (as the searcher it is born) park with a
+/// re-scan; stop after taking `want` jobs. `retire` lets a timed-out park
+/// retire the worker (keep-alive), as `main_loop` does above `min_threads`.
+fn worker(sleep: &Sleep, take: &dyn Fn() -> bool, has_work: &dyn Fn() -> bool, index: usize, want: usize) {
+    let mut searching = true;
     let mut taken = 0;
     while taken < want {
-        if queue.take() {
+        if take() {
             taken += 1;
             if searching {
                 searching = false;
-                if sleep.stop_searching() && queue.has_work() {
+                if sleep.stop_searching() && has_work() {
                     sleep.notify_one();
                 }
             }
             continue;
         }
-        let wake = sleep.park(index, searching, None, || queue.has_work());
+        let wake = sleep.park(index, searching, None, has_work);
         assert_eq!(wake, Wake::Notified);
         searching = true;
     }
-    if searching && sleep.stop_searching() && queue.has_work() {
+    if searching && sleep.stop_searching() && has_work() {
         sleep.notify_one();
     }
 }
 
-/// No lost wake-up: a submitter racing a worker that is about to park.
-/// If the job could be stranded with the worker asleep, loom reports a
-/// deadlock (every thread blocked).
+/// Issue 10 item 7: a pool thread pushes onto its own deque while another
+/// worker parks, then blocks until the job has run (an undeclared wait on
+/// its result). Only the other worker can run it: if the push and the
+/// parker's re-scan miss each other, that worker sleeps forever and loom
+/// reports the deadlock. Remove the fence in
+/// `Sleep::notify_after_local_push` and this model fails.
 #[test]
-fn submit_races_park() {
+fn local_push_races_park() {
+    loom::model(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let deque = Arc::new(Deque::default());
+        let done = Arc::new(Done::default());
+        sleep.add_searcher();
+        let (s, d, f) = (sleep.clone(), deque.clone(), done.clone());
+        let idle = thread::spawn(move || {
+            worker(
+                &s,
+                &|| {
+                    let took = d.take();
+                    if took {
+                        f.set();
+                    }
+                    took
+                },
+                &|| !d.is_empty(),
+                1,
+                1,
+            )
+        });
+        // The owner (worker 0, busy in a task): push, offer, then block.
+        deque.push();
+        sleep.notify_after_local_push(7);
+        done.wait();
+        idle.join().unwrap();
+    });
+}
+
+/// A foreign submission racing a worker that is about to park.
+#[test]
+fn global_push_races_park() {
     loom::model(|| {
         let sleep = Arc::new(Sleep::new(1));
-        let queue = Arc::new(Queue::default());
+        let queue = Arc::new(Injector::default());
         sleep.add_searcher();
         let (s, q) = (sleep.clone(), queue.clone());
-        let w = thread::spawn(move || worker(&s, &q, 0, true, 1));
+        let w = thread::spawn(move || worker(&s, &|| q.take(), &|| q.has_work(), 0, 1));
         queue.push();
         sleep.notify_one();
         w.join().unwrap();
@@ -81,13 +171,13 @@ fn two_workers_two_jobs() {
     builder.preemption_bound = Some(2);
     builder.check(|| {
         let sleep = Arc::new(Sleep::new(2));
-        let queue = Arc::new(Queue::default());
+        let queue = Arc::new(Injector::default());
         sleep.add_searcher();
         sleep.add_searcher();
         let workers: Vec<_> = (0..2)
             .map(|i| {
                 let (s, q) = (sleep.clone(), queue.clone());
-                thread::spawn(move || worker(&s, &q, i, true, 1))
+                thread::spawn(move || worker(&s, &|| q.take(), &|| q.has_work(), i, 1))
             })
             .collect();
         for _ in 0..2 {
@@ -102,25 +192,140 @@ fn two_workers_two_jobs() {
     });
 }
 
-/// A waiter registered on a latch and parked in the pool's sleep system is
-/// woken by `wake_worker` however the set and the park interleave.
+/// Keep-alive: worker 0 parks with a timeout (loom: it may time out at
+/// once) and, timed out, retires; worker 1 parks for good. A job submitted
+/// meanwhile is still taken: the retiring worker stops searching through
+/// the last-searcher rule, which re-checks the queue and hands the wake-up
+/// on.
+#[test]
+fn timed_park_and_retirement_lose_no_job() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let queue = Arc::new(Injector::default());
+        let taken = Arc::new(AtomicUsize::new(0));
+        sleep.add_searcher();
+        sleep.add_searcher();
+        let (s, q, t) = (sleep.clone(), queue.clone(), taken.clone());
+        let retiring = thread::spawn(move || {
+            if q.take() {
+                t.fetch_add(1, SeqCst);
+                if s.stop_searching() && q.has_work() {
+                    s.notify_one();
+                }
+                return;
+            }
+            match s.park(0, true, Some(std::time::Duration::from_millis(1)), || q.has_work()) {
+                Wake::Notified => {
+                    if q.take() {
+                        t.fetch_add(1, SeqCst);
+                    }
+                }
+                Wake::TimedOut => {}
+            }
+            // Retire (or finish): leave the search the way main_loop does.
+            if s.stop_searching() && q.has_work() {
+                s.notify_one();
+            }
+        });
+        let (s, q, t) = (sleep.clone(), queue.clone(), taken.clone());
+        let staying = thread::spawn(move || {
+            let mut searching = true;
+            while t.load(SeqCst) == 0 {
+                if q.take() {
+                    t.fetch_add(1, SeqCst);
+                    break;
+                }
+                s.park(1, searching, None, || q.has_work() || t.load(SeqCst) != 0);
+                searching = true;
+            }
+            let _ = searching;
+        });
+        queue.push();
+        sleep.notify_one();
+        retiring.join().unwrap();
+        // The staying worker may be parked after the job was taken by the
+        // retiring one: wake it so the model can end.
+        while taken.load(SeqCst) == 0 {
+            thread::yield_now();
+        }
+        sleep.notify_all();
+        staying.join().unwrap();
+        assert_eq!(taken.load(SeqCst), 1);
+    });
+}
+
+/// Shutdown racing a worker that is about to park: the worker's re-scan
+/// sees the state change or `notify_all` finds it on the list.
+#[test]
+fn shutdown_races_park() {
+    loom::model(|| {
+        let sleep = Arc::new(Sleep::new(1));
+        let closed = Arc::new(AtomicBool::new(false));
+        sleep.add_searcher();
+        let (s, c) = (sleep.clone(), closed.clone());
+        let w = thread::spawn(move || {
+            let mut searching = true;
+            while !c.load(SeqCst) {
+                s.park(0, searching, None, || c.load(SeqCst));
+                searching = true;
+            }
+            if searching {
+                s.stop_searching();
+            }
+        });
+        closed.store(true, SeqCst);
+        sleep.notify_all();
+        w.join().unwrap();
+    });
+}
+
+/// A waiter parked inside a wait (`park_waiter`, registered on its latch)
+/// is woken by the latch's `wake_worker` however the set and the park
+/// interleave, and is never counted as idle.
 #[test]
 fn latch_set_wakes_parked_waiter() {
     loom::model(|| {
         let sleep = Arc::new(Sleep::new(1));
-        let latch = Arc::new(AtomicUsize::new(0));
+        let latch = Arc::new(AtomicBool::new(false));
         let (s, l) = (sleep.clone(), latch.clone());
         let waiter = thread::spawn(move || {
-            while l.load(SeqCst) == 0 {
-                s.park(0, false, None, || l.load(SeqCst) != 0);
-                // Woken (as a searcher): leave the search again.
-                s.stop_searching();
+            while !l.load(SeqCst) {
+                s.park_waiter(0, NO_REGION, None, || l.load(SeqCst));
             }
         });
-        latch.store(1, SeqCst);
+        latch.store(true, SeqCst);
         sleep.wake_worker(0);
         waiter.join().unwrap();
         assert_eq!(sleep.counts(), (0, 0));
+    });
+}
+
+/// A waiter of region 7 with nothing to run parks; the worker running the
+/// rest of region 7 pushes a job and offers it. No idle worker exists, so
+/// the offer must reach the waiter, which runs the job (else the pusher,
+/// blocked on it, and the waiter deadlock).
+#[test]
+fn region_push_wakes_its_waiter() {
+    loom::model(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let deque = Arc::new(Deque::default());
+        let done = Arc::new(Done::default());
+        let (s, d, f) = (sleep.clone(), deque.clone(), done.clone());
+        let waiter = thread::spawn(move || {
+            loop {
+                if d.take() {
+                    f.set();
+                    return;
+                }
+                s.park_waiter(0, 7, None, || !d.is_empty());
+            }
+        });
+        deque.push();
+        sleep.notify_after_local_push(7);
+        done.wait();
+        waiter.join().unwrap();
     });
 }
 
@@ -131,7 +336,7 @@ fn latch_set_wakes_parked_waiter() {
 fn blocking_entry_races_submit() {
     loom::model(|| {
         let comp = Arc::new(Compensation::default());
-        let queue = Arc::new(Queue::default());
+        let queue = Arc::new(Injector::default());
         let lent = Arc::new(AtomicUsize::new(0));
         let (c, q, l) = (comp.clone(), queue.clone(), lent.clone());
         // The only worker blocks; there is no sleeper to wake.
@@ -154,23 +359,55 @@ fn blocking_entry_races_submit() {
     });
 }
 
+/// The same handshake for a thread parking inside a wait.
+#[test]
+fn waiter_entry_races_submit() {
+    loom::model(|| {
+        let comp = Arc::new(Compensation::default());
+        let queue = Arc::new(Injector::default());
+        let lent = Arc::new(AtomicUsize::new(0));
+        let (c, q, l) = (comp.clone(), queue.clone(), lent.clone());
+        let waiter = thread::spawn(move || {
+            c.enter_wait(
+                || q.has_work(),
+                || false,
+                || {
+                    l.fetch_add(1, SeqCst);
+                },
+            );
+        });
+        queue.push();
+        comp.after_submit(false, || {
+            lent.fetch_add(1, SeqCst);
+        });
+        waiter.join().unwrap();
+        assert!(lent.load(SeqCst) >= 1, "queued work stranded behind a waiting thread");
+        assert_eq!((comp.blocked(), comp.waiting()), (0, 1));
+    });
+}
+
 /// Leaving a region undoes entering it, from any thread order.
 #[test]
 fn blocking_enter_leave_balance() {
     loom::model(|| {
         let comp = Arc::new(Compensation::default());
         let threads: Vec<_> = (0..2)
-            .map(|_| {
+            .map(|i| {
                 let c = comp.clone();
                 thread::spawn(move || {
-                    c.enter(|| false, || false, || {});
-                    c.leave();
+                    if i == 0 {
+                        c.enter(|| false, || false, || {});
+                        c.leave();
+                    } else {
+                        c.enter_wait(|| false, || false, || {});
+                        c.leave_wait();
+                    }
                 })
             })
             .collect();
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(comp.blocked(), 0);
+        assert_eq!((comp.blocked(), comp.waiting()), (0, 0));
     });
 }

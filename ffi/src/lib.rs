@@ -647,7 +647,7 @@ pub unsafe extern "C" fn wspool_submit_ex(
                 Some(&*g.group)
             }
         };
-        let so = SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group };
+        let so = SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial: None };
         let task = CTask::new(f, arg, o.on_cancel).into_closure();
         if out_task.is_null() {
             p.pool.spawn_with(so, task).map_err(support::refused)?;

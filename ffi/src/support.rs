@@ -224,6 +224,9 @@ pub(crate) fn refused<F>(e: wspool_core::SpawnError<F>) -> Fail {
         wspool_core::SubmitErrorKind::Shutdown => {
             Fail { code: WSPOOL_ESHUTDOWN, msg: "task refused: the pool is shut down".into() }
         }
+        wspool_core::SubmitErrorKind::WrongPool => {
+            Fail { code: WSPOOL_EINVAL, msg: "the group or serial queue belongs to another pool".into() }
+        }
     }
 }
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Uses an installed libwspool (make c-install PREFIX=$1/prefix) the way a
-# user would: pkg-config (shared and static) and CMake's find_package.
+# user would: pkg-config (wspool.pc shared, wspool-static.pc static, and a
+# fully static executable) and CMake's find_package (shared and static).
+# Every program runs with LD_LIBRARY_PATH unset, as a user's would: the
+# shared ones must find the installed library through their rpath.
 # Fails on any problem; skips only the CMake part, loudly, when cmake is
 # missing and cannot be installed (not root).
 set -euo pipefail
@@ -13,23 +16,26 @@ lib=$prefix/lib
 fail() { echo "install test: $*" >&2; exit 1; }
 
 for f in lib/libwspool.so lib/libwspool.so.0 lib/libwspool.a include/libwspool.h \
-         lib/pkgconfig/wspool.pc lib/cmake/wspool/wspoolConfig.cmake lib/cmake/wspool/wspoolConfigVersion.cmake; do
+         lib/pkgconfig/wspool.pc lib/pkgconfig/wspool-static.pc lib/cmake/wspool/wspoolConfig.cmake lib/cmake/wspool/wspoolConfigVersion.cmake; do
   [ -e "$prefix/$f" ] || fail "missing $prefix/$f"
 done
 readelf -d "$lib/libwspool.so" | grep -q 'SONAME.*\[libwspool.so.0\]' || fail "installed library lacks SONAME libwspool.so.0"
 
-# Runs a program with only the installed copy findable; checks it used it.
+# Runs a program the way a user would (no LD_LIBRARY_PATH) and checks which
+# libwspool it used: the installed .so for shared links, none for static ones.
 check_run() {
-  local exe=$1 want_shared=$2
+  local exe=$1 want_shared=$2 deps
+  deps=$(env -u LD_LIBRARY_PATH ldd "$exe" 2>&1 || true)
   if [ "$want_shared" = yes ]; then
     readelf -d "$exe" | grep -q 'NEEDED.*\[libwspool.so.0\]' || fail "$exe does not need libwspool.so.0"
-    LD_LIBRARY_PATH=$lib ldd "$exe" | grep -q "$lib/libwspool.so.0" || fail "$exe does not resolve to the installed copy"
+    grep -q "libwspool.so.0 => $lib/libwspool.so.0" <<< "$deps" \
+      || { echo "$deps"; fail "$exe does not find the installed libwspool.so.0 without LD_LIBRARY_PATH"; }
   else
-    if readelf -d "$exe" | grep -q 'NEEDED.*libwspool'; then fail "$exe should be static"; fi
+    if grep -q libwspool <<< "$deps"; then echo "$deps"; fail "$exe should not depend on libwspool.so (static link)"; fi
   fi
-  LD_LIBRARY_PATH=$lib "$exe" > "$exe.out" || { cat "$exe.out"; fail "$exe failed"; }
+  env -u LD_LIBRARY_PATH "$exe" > "$exe.out" || { cat "$exe.out"; fail "$exe failed"; }
   grep -q "ran 100001 tasks" "$exe.out" || { cat "$exe.out"; fail "$exe printed an unexpected result"; }
-  echo "install test: $(basename "$exe") ok"
+  echo "install test: $(basename "$exe") ok (no LD_LIBRARY_PATH; ldd: $(grep -c '=>' <<< "$deps") shared libraries, $([ "$want_shared" = yes ] && echo "libwspool from $lib" || echo "no libwspool"))"
 }
 
 # Installs a Debian package when missing and we are root; otherwise says why not.
@@ -48,13 +54,20 @@ need pkg-config pkg-config || fail "pkg-config is missing and installing it need
 export PKG_CONFIG_PATH=$lib/pkgconfig
 [ "$(pkg-config --modversion wspool)" = "$(sed -n 's/^version = "\([0-9.]*\)"/\1/p' "$here/Cargo.toml" | head -n 1)" ] \
   || fail "pkg-config reports version $(pkg-config --modversion wspool)"
+# The routes exactly as docs/c-api.md gives them.
 # shellcheck disable=SC2046
 gcc -std=c11 -O2 -Wall -Werror "$hello" -o "$dir/hello_pkgconfig" $(pkg-config --cflags --libs wspool) -pthread
 check_run "$dir/hello_pkgconfig" yes
 # shellcheck disable=SC2046
-gcc -std=c11 -O2 -Wall -Werror "$hello" -o "$dir/hello_pkgconfig_static" $(pkg-config --cflags wspool) \
-  $(pkg-config --static --libs wspool | sed 's/-lwspool\b/-l:libwspool.a/') -pthread
+gcc -std=c11 -O2 -Wall -Werror "$hello" -o "$dir/hello_pkgconfig_static" $(pkg-config --cflags --libs wspool-static) -pthread
 check_run "$dir/hello_pkgconfig_static" no
+# Fully static (no shared library at all): libgcc_s has no archive, libgcc_eh is its static part.
+# shellcheck disable=SC2046
+gcc -static -std=c11 -O2 -Wall -Werror "$hello" -o "$dir/hello_fully_static" \
+  $(pkg-config --cflags --libs wspool-static | sed 's/-lgcc_s/-lgcc_eh/') -pthread 2> "$dir/static-link.log" \
+  || { cat "$dir/static-link.log"; fail "gcc -static failed"; }
+file "$dir/hello_fully_static" | grep -q 'statically linked' || fail "hello_fully_static is not statically linked"
+check_run "$dir/hello_fully_static" no
 
 if ! need cmake cmake; then
   echo "install test: SKIPPED the CMake part: cmake is missing and installing it needs root (apt-get install cmake)"

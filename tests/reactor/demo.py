@@ -6,7 +6,8 @@
 For each server mode it starts examples-c/bin/reactor_server with 2 workers
 on an ephemeral loopback port, runs examples-c/bin/loadgen against it (PING
 and WORK mixes, 2 and 64 connections), prints requests/s, p50/p99 latency and
-how many connections were never answered, then the pool's STATS line.
+how many connections were never answered, then what the pool did (from the
+server's STATS line), and a closing table of every run.
 
   reactor           the epoll reactor: connections cost an fd, not a worker
   blocking          seed 002's design: one pool task per connection, blocked
@@ -58,6 +59,27 @@ def loadgen(bin_dir, port, conns, depth, work_pct, seconds, stats=False):
     result["stderr"] = p.stderr.strip()
     result["stats"] = next((l[6:] for l in lines[1:] if l.startswith("STATS ")), None)
     return result
+
+
+def parse_stats(stats_line):
+    """The server's STATS JSON line as a dict (empty when it did not answer)."""
+    try:
+        return json.loads(stats_line) if stats_line and stats_line.startswith("{") else {}
+    except ValueError:
+        return {}
+
+
+def pool_summary(stats_line):
+    """The server's STATS JSON line as one readable sentence."""
+    s = parse_stats(stats_line)
+    if not s:
+        return "pool stats: %s" % (stats_line or "(none)")
+    srv = s.get("server", {})
+    return ("pool: %d threads now, peak %d, %d started, %d added by the starvation monitor; "
+            "%d tasks run, %d steals; server: %d connections accepted, %d open" % (
+                s.get("threads", 0), s.get("peak_threads", 0), s.get("threads_started", 0),
+                s.get("starvation_injections", 0), s.get("completed", 0), s.get("steals", 0),
+                srv.get("accepted", 0), srv.get("connections_open", 0)))
 
 
 def late_client(srv, idle_count, wait_s):
@@ -129,6 +151,7 @@ def main():
     server = os.path.join(args.bin, "reactor_server")
     wanted = args.modes.split(",")
     rows = []
+    peaks = {}  # mode -> the pool's peak thread count, from its STATS line
     ok = True
     print("reactor demo: %d s per run, 2 pool workers, WORK = %d hash rounds; loopback, %d CPUs" % (
         args.seconds, WORK_N, os.cpu_count()), flush=True)
@@ -149,11 +172,29 @@ def main():
                            p50=r.get("p50_us", 0), p99=r.get("p99_us", 0),
                            starved=r.get("starved_conns", 0), unanswered=r.get("unanswered", 0))
                 rows.append(row)
-                print("  %-20s conns=%-3d depth=%-2d %9.0f req/s  p50 %8.1f us  p99 %9.1f us  "
-                      "starved connections %d/%d" % (mix, conns, depth, row["rps"], row["p50"], row["p99"],
-                                                     row["starved"], conns), flush=True)
+                print("  %-20s %3d conns x %-2d %9.0f req/s  p50 %8.1f us  p99 %9.1f us  "
+                      "never answered %d/%d" % (mix, conns, depth, row["rps"], row["p50"], row["p99"],
+                                                row["starved"], conns), flush=True)
                 if last:
-                    print("  STATS %s" % (r["stats"] or "(none)"), flush=True)
+                    print("  " + pool_summary(r["stats"]), flush=True)
+                    peaks[mode] = parse_stats(r["stats"]).get("peak_threads")
+    print("\n  %-18s %-20s %13s %10s %8s %9s %15s" % (
+        "mode", "load", "conns x depth", "req/s", "p50 us", "p99 us", "never answered"))
+    for r in rows:
+        print("  %-18s %-20s %13s %10.0f %8.0f %9.0f %15s" % (
+            r["mode"], r["mix"], "%d x %d" % (r["conns"], r["depth"]), r["rps"], r["p50"], r["p99"],
+            "%d of %d" % (r["starved"], r["conns"])))
+    starved = [r for r in rows if r["starved"]]
+    print("\n  summary: %s" % (
+        "the reactor answered every connection; the blocking design left %d of %d connections unanswered "
+        "(its workers sit in recv() on idle clients)" % (max(r["starved"] for r in starved), starved[0]["conns"])
+        if starved and not any(r["starved"] for r in rows if r["mode"] == "reactor")
+        else "%d of %d runs left connections unanswered" % (len(starved), len(rows))))
+    adaptive = [r for r in rows if r["mode"] == "blocking+adaptive"]
+    if adaptive and not any(r["starved"] for r in adaptive):
+        print("  blocking+adaptive answered everyone too, but only by growing to %s threads, about one per "
+              "client;\n  the reactor's pool peaked at %s threads." % (peaks.get("blocking+adaptive", "?"),
+                                                                      peaks.get("reactor", "?")))
     if args.markdown:
         print("\n| mode | load | conns x depth | req/s | p50 µs | p99 µs | connections never answered |")
         print("|---|---|---|---:|---:|---:|---:|")

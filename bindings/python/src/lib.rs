@@ -316,6 +316,7 @@ fn submit_error(shared: &Shared, kind: SubmitErrorKind) -> PyErr {
             shared.queue_capacity
         )),
         SubmitErrorKind::Shutdown => PyRuntimeError::new_err("cannot schedule new futures after shutdown"),
+        SubmitErrorKind::WrongPool => PyValueError::new_err("the group or serial queue belongs to another pool"),
     }
 }
 

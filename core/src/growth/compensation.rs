@@ -11,26 +11,39 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::sync::{AtomicUsize, fence};
+use crate::sync::{AtomicU64, fence};
 
-/// Counts blocked pool threads and decides when to lend replacements.
+/// One thread inside a blocking region (low half of `Compensation::state`).
+const BLOCKED: u64 = 1;
+/// One thread parked in a wait with nothing it may run (high half).
+const WAITING: u64 = 1 << 32;
+
+/// Counts blocked and waiting pool threads and decides when to lend
+/// replacements.
 #[derive(Default)]
 pub struct Compensation {
-    /// Pool threads inside a blocking region (or a wait past the help cap).
-    blocked: AtomicUsize,
+    /// Low 32 bits: pool threads inside a blocking region. High 32 bits:
+    /// pool threads parked in a wait with nothing of their region to run.
+    /// One word, so a submitter reads both with one load.
+    state: AtomicU64,
 }
 
 impl Compensation {
     /// Threads blocked now.
     pub fn blocked(&self) -> usize {
-        self.blocked.load(SeqCst)
+        (self.state.load(SeqCst) & 0xFFFF_FFFF) as usize
+    }
+
+    /// Threads parked in a wait now.
+    pub fn waiting(&self) -> usize {
+        (self.state.load(SeqCst) >> 32) as usize
     }
 
     /// A pool thread starts blocking. `has_work` scans the queues, `wake`
     /// wakes an idle worker (false if there was none), `lend` starts
     /// threads.
     pub fn enter(&self, has_work: impl FnOnce() -> bool, wake: impl FnOnce() -> bool, lend: impl FnOnce()) {
-        self.blocked.fetch_add(1, SeqCst);
+        self.state.fetch_add(BLOCKED, SeqCst);
         fence(SeqCst);
         if has_work() && !wake() {
             lend();
@@ -39,14 +52,31 @@ impl Compensation {
 
     /// A pool thread stops blocking.
     pub fn leave(&self) {
-        self.blocked.fetch_sub(1, SeqCst);
+        self.state.fetch_sub(BLOCKED, SeqCst);
+    }
+
+    /// A pool thread parks inside a wait with nothing it may run. The same
+    /// handshake as [`Compensation::enter`]; `lend` decides how many
+    /// threads the pool is short (a waiter is compensated only when no
+    /// thread at all is left to run the queued work).
+    pub fn enter_wait(&self, has_work: impl FnOnce() -> bool, wake: impl FnOnce() -> bool, lend: impl FnOnce()) {
+        self.state.fetch_add(WAITING, SeqCst);
+        fence(SeqCst);
+        if has_work() && !wake() {
+            lend();
+        }
+    }
+
+    /// The waiter is awake again.
+    pub fn leave_wait(&self) {
+        self.state.fetch_sub(WAITING, SeqCst);
     }
 
     /// A submitter pushed work (and fenced, see `Sleep::notify_one`) and
     /// `woke` says whether it woke a worker.
     #[inline]
     pub fn after_submit(&self, woke: bool, lend: impl FnOnce()) {
-        if !woke && self.blocked.load(SeqCst) > 0 {
+        if !woke && self.state.load(SeqCst) != 0 {
             lend();
         }
     }

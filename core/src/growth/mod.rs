@@ -32,7 +32,7 @@ pub(crate) use monitor::Monitor;
 
 use crate::config::Growth;
 use crate::job::JobRef;
-use crate::registry::{RUNNING, Registry};
+use crate::registry::{CANCELLING, Registry};
 use crate::sync::lock;
 use crate::worker::WorkerThread;
 
@@ -41,23 +41,33 @@ impl Registry {
     /// thread added by the starvation monitor. Never panics: a failed
     /// `std::thread::spawn` is counted and the pool goes on as it was.
     pub(crate) fn spawn_worker(self: &Arc<Self>, injected: bool) -> bool {
+        self.try_spawn_worker(injected).is_ok()
+    }
+
+    /// [`Registry::spawn_worker`] that says why no thread started:
+    /// `Err(None)` at `max_threads` (or once the pool stopped), `Err(Some(e))`
+    /// when the operating system refused the thread.
+    pub(crate) fn try_spawn_worker(self: &Arc<Self>, injected: bool) -> Result<(), Option<std::io::Error>> {
+        if self.state() == CANCELLING {
+            return Err(None);
+        }
         let max = self.config.max_threads;
         let reserved = self.threads.fetch_update(SeqCst, SeqCst, |n| (n < max).then_some(n + 1));
-        let Ok(before) = reserved else { return false };
+        let Ok(before) = reserved else { return Err(None) };
         let Some(index) = self.claim_slot() else {
             self.threads.fetch_sub(1, SeqCst);
-            return false;
+            return Err(None);
         };
         let slot = &self.slots[index];
         let Some(deque) = lock(&slot.deque).take() else {
             // Cannot happen: an unoccupied slot always holds its deque.
             slot.occupied.store(false, SeqCst);
             self.threads.fetch_sub(1, SeqCst);
-            return false;
+            return Err(None);
         };
         self.high_water.fetch_max(index + 1, SeqCst);
-        self.sleep.add_searcher();
         self.running_threads.fetch_add(1, SeqCst);
+        self.starting.fetch_add(1, SeqCst);
         let registry = self.clone();
         let mut builder = std::thread::Builder::new().name(format!("{}-{}", self.config.name, index));
         if let Some(size) = self.config.stack_size {
@@ -90,20 +100,20 @@ impl Registry {
                     self.counters.starvation_injections.fetch_add(1, Relaxed);
                 }
                 self.monitor.kick();
-                true
+                Ok(())
             }
-            Err(_) => {
+            Err(e) => {
                 if let Some(deque) = lock(&carrier).take() {
                     *lock(&slot.deque) = Some(deque);
                 }
                 slot.occupied.store(false, SeqCst);
-                self.running_threads.fetch_sub(1, SeqCst);
                 self.threads.fetch_sub(1, SeqCst);
-                if self.sleep.stop_searching() && self.has_visible_work() {
-                    self.sleep.notify_one();
+                self.starting.fetch_sub(1, SeqCst);
+                if self.running_threads.fetch_sub(1, SeqCst) == 1 {
+                    self.exited.notify();
                 }
                 self.counters.spawn_failures.fetch_add(1, Relaxed);
-                false
+                Err(Some(e))
             }
         }
     }
@@ -156,23 +166,53 @@ impl Registry {
         BlockedGuard { registry: self.clone(), mark }
     }
 
+    /// The calling pool thread parks inside a wait with nothing it may run
+    /// (see `wait.rs`): counted as waiting until the guard drops.
+    pub(crate) fn enter_waiting(self: &Arc<Self>) -> WaitingGuard<'_> {
+        self.compensation.enter_wait(
+            || self.has_visible_work(),
+            || self.sleep.notify_one(),
+            || self.compensate_blocked(),
+        );
+        WaitingGuard { registry: self }
+    }
+
     /// Lends threads so that at least `min_threads` stay runnable while
-    /// others block: one replacement per blocked thread, started at once.
-    /// A burst of blocking tasks therefore grows the pool as fast as threads
-    /// can start (each new thread that blocks lends the next), and CPU-bound
-    /// work queued behind a few blocked threads gets exactly the capacity it
-    /// lost, not more.
+    /// others block in declared regions: one replacement per blocked thread,
+    /// started at once. A burst of blocking tasks therefore grows the pool
+    /// as fast as threads can start (each new thread that blocks lends the
+    /// next), and CPU-bound work queued behind a few blocked threads gets
+    /// exactly the capacity it lost, not more. Threads parked in waits are
+    /// compensated only when no thread at all is left to run queued work:
+    /// a waiter usually waits for work another thread is running, and a
+    /// thread lent for it would just compete with that one. A draining pool
+    /// still lends (its queued work must finish); a cancelling one does not.
     #[cold]
     pub(crate) fn compensate_blocked(self: &Arc<Self>) {
-        if self.config.growth == Growth::Fixed || self.state() != RUNNING {
+        if self.config.growth == Growth::Fixed || self.state() == CANCELLING {
             return;
         }
-        let runnable = self.threads.load(SeqCst).saturating_sub(self.compensation.blocked());
-        for _ in 0..self.config.min_threads.saturating_sub(runnable).min(2) {
+        let threads = self.threads.load(SeqCst);
+        let blocked = self.compensation.blocked();
+        let stuck = blocked + self.compensation.waiting();
+        let short_for_blocked = self.config.min_threads.saturating_sub(threads.saturating_sub(blocked));
+        let short_for_waiters = usize::from(stuck >= threads);
+        for _ in 0..short_for_blocked.max(short_for_waiters).min(2) {
             if !self.spawn_worker(false) {
                 break;
             }
         }
+    }
+}
+
+/// Ends a waiting period when dropped.
+pub(crate) struct WaitingGuard<'a> {
+    registry: &'a Registry,
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.registry.compensation.leave_wait();
     }
 }
 
@@ -207,9 +247,23 @@ pub fn blocking_begin() {
     let depth = worker.blocking_depth.get();
     worker.blocking_depth.set(depth + 1);
     if depth == 0 {
+        // Work queued on this thread's deque must not wait behind the
+        // blocking call: hand it to the others first.
+        worker.offload_local_work();
         let guard = worker.registry.enter_blocked();
         BLOCKING.with(|b| b.borrow_mut().push(guard));
     }
+}
+
+/// A task returned with `depth` regions still open: closes them, and counts
+/// it (`Stats::unbalanced_blocking`), so the thread does not stay counted
+/// as blocked for the rest of its life.
+pub(crate) fn close_unbalanced_blocking(worker: &WorkerThread, depth: u32) {
+    worker.blocking_depth.set(depth);
+    if depth == 0 {
+        BLOCKING.with(|b| drop(b.borrow_mut().pop()));
+    }
+    worker.registry.counters.unbalanced_blocking.fetch_add(1, Relaxed);
 }
 
 /// Ends a blocking region. An unbalanced call is ignored.

@@ -6,8 +6,8 @@
 //! Every `monitor_interval` while work is queued and no worker is idle, the
 //! monitor reads the pool's own signals (`sample.rs`): completions so far,
 //! and which workers are blocked inside a task (their CPU clock did not
-//! advance) or busy. Workers in a declared blocking region are counted once,
-//! by the compensation. Then, in order:
+//! advance) or busy. Workers in a declared blocking region or parked in a
+//! wait are counted once, by the compensation. Then, in order:
 //!
 //! 1. **Enough is running**: at least `min_threads` workers are busy, or the
 //!    pool's workers use `cpu_parallelism` cores: nothing to do.
@@ -31,8 +31,9 @@
 //!    stay at about `min_threads`.
 //!
 //! Without the hint (`Builder::monitor_kernel_hint(false)`, or a platform
-//! without per-thread CPU clocks) rule 1 cannot be told apart from CPU-bound
-//! work and rule 2 never fires: only stalls and probes add threads.
+//! without per-thread CPU clocks or `/proc`) blocked work cannot be told
+//! apart from CPU-bound work, so rule 2 is off: only stalls and probes add
+//! threads.
 //!
 //! Cost: a tick reads at most `SAMPLE_PER_TICK` CPU clocks and a bounded
 //! number of completion counters, and is skipped outright at `max_threads`
@@ -255,7 +256,8 @@ pub(crate) struct Observation {
     /// Work is queued and no worker is idle.
     pub(crate) pressure: bool,
     pub(crate) threads: usize,
-    /// Threads in declared blocking regions.
+    /// Threads the compensation counts: in declared blocking regions, or
+    /// parked in a wait with nothing they may run.
     pub(crate) declared: usize,
     /// The pool's completions so far.
     pub(crate) done: u64,

@@ -15,10 +15,11 @@
 //! little CPU because the machine is oversubscribed is runnable, not
 //! asleep. (The state is read rather than the scheduler's wait-time
 //! counters because those are only brought up to date when a waiting
-//! thread finally runs.) Workers outside a task
-//! (helping while they wait, searching) count as busy: they run whatever
-//! is queued. Workers inside a declared blocking region are left out: the
-//! compensation already counts them (`Compensation::blocked`).
+//! thread finally runs.) Workers outside a task (searching, or parked in a
+//! wait) are not classified, and workers inside a declared blocking region
+//! are not sampled: the compensation counts those in a region or parked in
+//! a wait (`Compensation::blocked`, `waiting`), and the monitor takes them
+//! out of the pool it judges, so none is counted twice.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -204,11 +205,16 @@ impl Sampler {
         }
         let share = (r.cpu_ns.saturating_sub(old.cpu_ns) as f64 / wall).min(1.0);
         entry.share = share;
-        let busy = !r.in_task || share >= BUSY_SHARE || r.done.wrapping_sub(old.done) > 1;
-        // An unreadable state (the thread is gone) proves nothing: busy.
-        entry.class = match busy || asleep(r.tid) != Some(true) {
-            true => Class::Busy,
-            false => Class::Blocked,
+        let busy = share >= BUSY_SHARE || r.done.wrapping_sub(old.done) > 1;
+        entry.class = if !r.in_task {
+            // Between tasks, or parked in a wait (which the compensation
+            // counts): neither blocked in a task nor available for the queue.
+            Class::Unknown
+        } else if busy || asleep(r.tid) != Some(true) {
+            // An unreadable state (the thread is gone) proves nothing: busy.
+            Class::Busy
+        } else {
+            Class::Blocked
         };
         match entry.class {
             Class::Blocked => self.blocked += 1,

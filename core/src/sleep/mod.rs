@@ -9,7 +9,7 @@ pub(crate) use debounce::Debounce;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use crate::sync::{AtomicU64, Condvar, Mutex, fence, lock_model as lock};
+use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, fence, lock_model as lock};
 
 /// One sleeping worker adds this to `Sleep::state`.
 const SLEEPER: u64 = 1 << 32;
@@ -46,18 +46,39 @@ pub struct Sleep {
     /// sleeper. Every transition into "sleeping" is a SeqCst RMW here
     /// followed by a re-scan of the queues.
     state: AtomicU64,
-    /// Indices of parked workers, most recent last (woken first: warm cache).
-    sleepers: Mutex<Vec<usize>>,
+    /// Parked workers: idle ones, and waiters (see [`Lists`]).
+    sleepers: Mutex<Lists>,
+    /// `waiters.len()`, readable without the lock: a push checks it before
+    /// looking for a waiter of its region.
+    waiting: AtomicUsize,
     /// One parker per worker slot.
     parkers: Box<[Parker]>,
 }
+
+/// Parked workers, in two lists so that new work wakes an idle worker
+/// before a waiter (a waiter can run only work of its own region, and
+/// would otherwise be handed unrelated work while an idle worker sleeps).
+pub struct Lists {
+    /// Idle workers, most recent last (woken first: warm cache). Counted
+    /// in the high half of `state`.
+    idle: Vec<usize>,
+    /// Workers parked inside a wait, with the isolation region whose work
+    /// they may run (`NO_REGION`: none). Not counted in `state`: they are
+    /// neither idle nor searching.
+    waiters: Vec<(usize, u64)>,
+}
+
+/// A waiter that runs no work while it waits (a timed wait, a wait inside
+/// a blocking region): only its latch wakes it.
+pub const NO_REGION: u64 = 0;
 
 impl Sleep {
     /// Bookkeeping for `slots` workers.
     pub fn new(slots: usize) -> Sleep {
         Sleep {
             state: AtomicU64::new(0),
-            sleepers: Mutex::new(Vec::with_capacity(slots)),
+            sleepers: Mutex::new(Lists { idle: Vec::with_capacity(slots), waiters: Vec::new() }),
+            waiting: AtomicUsize::new(0),
             parkers: (0..slots).map(|_| Parker::new()).collect(),
         }
     }
@@ -112,6 +133,51 @@ impl Sleep {
         self.wake_sleeper(true)
     }
 
+    /// After a pool thread pushed work of its isolation `region` (and
+    /// fenced, as for [`Sleep::notify_one`]): wakes an idle worker if nobody
+    /// searches; failing that, a waiter of the same region, which can help
+    /// with it. Wakes nobody while a searcher exists (it will find the job).
+    pub fn notify_for_push(&self, region: u64) -> bool {
+        let s = self.state.load(SeqCst);
+        if searching(s) > 0 {
+            return false;
+        }
+        if sleeping(s) > 0 && self.wake_sleeper(true) {
+            return true;
+        }
+        self.wake_waiter_of(region)
+    }
+
+    /// The local-push half of the Dekker pair: the caller has just pushed
+    /// onto its own deque (a Release store); the SeqCst fence orders that
+    /// store before the read of `state`, as a parking worker's fence orders
+    /// its registration before its re-scan. Remove it and both sides can
+    /// miss each other (`core/tests/loom.rs`, `local_push_races_park`).
+    #[inline]
+    pub fn notify_after_local_push(&self, region: u64) -> bool {
+        // `make test-loom` also builds the models without this fence
+        // (--cfg wspool_mutant_no_push_fence) and requires them to fail.
+        #[cfg(not(wspool_mutant_no_push_fence))]
+        fence(SeqCst);
+        self.notify_for_push(region)
+    }
+
+    fn wake_waiter_of(&self, region: u64) -> bool {
+        if region == NO_REGION || self.waiting.load(SeqCst) == 0 {
+            return false;
+        }
+        let index = {
+            let mut lists = lock(&self.sleepers);
+            let Some(pos) = lists.waiters.iter().rposition(|&(_, r)| r == region) else {
+                return false;
+            };
+            self.waiting.fetch_sub(1, SeqCst);
+            lists.waiters.swap_remove(pos).0
+        };
+        self.parkers[index].unpark();
+        true
+    }
+
     /// Wakes everybody (shutdown).
     pub fn notify_all(&self) {
         while self.wake_sleeper(false) {}
@@ -119,11 +185,11 @@ impl Sleep {
 
     fn wake_sleeper(&self, only_if_no_searcher: bool) -> bool {
         let index = {
-            let mut sleepers = lock(&self.sleepers);
+            let mut lists = lock(&self.sleepers);
             if only_if_no_searcher && searching(self.state.load(SeqCst)) > 0 {
                 return false;
             }
-            let Some(index) = sleepers.pop() else {
+            let Some(index) = lists.idle.pop() else {
                 return false;
             };
             // sleeping - 1, searching + 1: the woken worker searches.
@@ -137,7 +203,7 @@ impl Sleep {
     /// Wakes worker `index` if it is parked (a latch it waits on was set).
     /// A no-op when it is awake: it re-checks its latch before parking.
     pub fn wake_worker(&self, index: usize) -> bool {
-        if self.cancel_sleep(index) {
+        if self.cancel_wait(index) || self.cancel_sleep(index) {
             self.parkers[index].unpark();
             true
         } else {
@@ -145,18 +211,68 @@ impl Sleep {
         }
     }
 
-    /// Takes `index` off the sleepers list if nobody has woken it yet.
+    /// Takes `index` off the idle list if nobody has woken it yet.
     /// On success the worker counts as searching again.
     fn cancel_sleep(&self, index: usize) -> bool {
-        let mut sleepers = lock(&self.sleepers);
-        match sleepers.iter().rposition(|&i| i == index) {
+        let mut lists = lock(&self.sleepers);
+        match lists.idle.iter().rposition(|&i| i == index) {
             Some(pos) => {
-                sleepers.swap_remove(pos);
+                lists.idle.swap_remove(pos);
                 self.state.fetch_add(SEARCHER.wrapping_sub(SLEEPER), SeqCst);
                 true
             }
             None => false,
         }
+    }
+
+    /// Takes `index` off the waiters list if nobody has woken it yet.
+    fn cancel_wait(&self, index: usize) -> bool {
+        // The caller changed a condition (set a latch) that the waiter
+        // re-checks after registering: fence so this read and that re-check
+        // cannot both miss (the waiter fences in `park_waiter`).
+        fence(SeqCst);
+        if self.waiting.load(SeqCst) == 0 {
+            return false;
+        }
+        let mut lists = lock(&self.sleepers);
+        match lists.waiters.iter().position(|&(i, _)| i == index) {
+            Some(pos) => {
+                lists.waiters.swap_remove(pos);
+                self.waiting.fetch_sub(1, SeqCst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Parks worker `index` inside a wait. It is woken by `wake_worker`
+    /// (its latch was set), by a push of work of its `region`
+    /// ([`Sleep::notify_for_push`]; `NO_REGION`: never), or by the timeout.
+    /// `ready` re-checks the latch and the region's work after the worker
+    /// is registered (the same Dekker argument as [`Sleep::park`]). A
+    /// waiter is neither idle nor searching: it never takes a submitter's
+    /// wake-up from an idle worker.
+    pub fn park_waiter(&self, index: usize, region: u64, timeout: Option<Duration>, ready: impl Fn() -> bool) -> Wake {
+        {
+            let mut lists = lock(&self.sleepers);
+            lists.waiters.push((index, region));
+            self.waiting.fetch_add(1, SeqCst);
+        }
+        fence(SeqCst);
+        if ready() && self.cancel_wait(index) {
+            return Wake::Notified;
+        }
+        let parker = &self.parkers[index];
+        if parker.park(timeout) {
+            return Wake::Notified;
+        }
+        if self.cancel_wait(index) {
+            return Wake::TimedOut;
+        }
+        // A waker took us off the list between the timeout and
+        // `cancel_wait`; its unpark is on its way. Consume it.
+        parker.park(None);
+        Wake::Notified
     }
 
     /// Parks worker `index`. `was_searching` says whether it currently counts
@@ -171,8 +287,8 @@ impl Sleep {
         has_work: impl Fn() -> bool,
     ) -> Wake {
         {
-            let mut sleepers = lock(&self.sleepers);
-            sleepers.push(index);
+            let mut lists = lock(&self.sleepers);
+            lists.idle.push(index);
             let delta = if was_searching { SLEEPER.wrapping_sub(SEARCHER) } else { SLEEPER };
             self.state.fetch_add(delta, SeqCst);
         }

@@ -76,3 +76,99 @@ impl Drop for OpenOnDrop {
         self.0.open();
     }
 }
+
+/// Runs `f` on its own thread and returns its result; panics with `what`
+/// if it has not finished within `limit`. A deadlock then fails the test
+/// instead of hanging the harness: the stuck thread is leaked, and the
+/// pool it holds is never dropped (its drop would wait for the stuck
+/// tasks). A panic inside `f` is re-raised here.
+pub fn watchdog<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("watchdog-body".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .expect("start the watchdog's thread");
+    match rx.recv_timeout(limit) {
+        Ok(value) => {
+            let _ = handle.join();
+            value
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(()) => unreachable!("the body sends before it ends"),
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("watchdog: {what} did not finish within {limit:?} (deadlock or lost wake-up)")
+        }
+    }
+}
+
+/// What a child test process left behind.
+pub struct ChildRun {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ChildRun {
+    /// The signal that killed the child, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        #[cfg(unix)]
+        {
+            std::os::unix::process::ExitStatusExt::signal(&self.status)
+        }
+        #[cfg(not(unix))]
+        {
+            None
+        }
+    }
+}
+
+/// True in a child started by [`run_child`] with this `key`.
+pub fn in_child(key: &str) -> bool {
+    std::env::var_os(key).is_some()
+}
+
+/// Reruns test `name` of this test binary in a child process with `key`
+/// set in its environment, so a crash (SIGSEGV, abort) fails one test
+/// instead of killing the harness. The child is killed after `limit`
+/// (a hang guard), which panics here.
+pub fn run_child(name: &str, key: &str, limit: Duration) -> ChildRun {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut child = Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(key, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the child test process");
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("child test {name} did not finish within {limit:?} (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    ChildRun { status, stdout: out_reader.join().unwrap_or_default(), stderr: err_reader.join().unwrap_or_default() }
+}

@@ -1,0 +1,243 @@
+//! Help-while-waiting: how a pool thread waits for a task, a group, a
+//! scope or a join, and what it may run meanwhile.
+//!
+//! A waiting pool thread runs jobs of its own isolation region (see
+//! `isolation.rs`), in this order: its own deque (the children it just
+//! forked), then work of its region that other workers hold in their deques
+//! (a stolen subtree, rayon's order); never the global queue, whose jobs
+//! belong to other regions or to nobody. Jobs of another region found on
+//! its own deque are moved to the global queue, where anyone may take them.
+//!
+//! It runs nothing at all, and just parks until the latch is set, when:
+//! - the wait is timed: a timed wait must not start work it cannot bound;
+//! - it is inside a blocking region (`wspool::blocking`): the documented way
+//!   to wait without helping;
+//! - too little stack is left to run another task on top of this one (the
+//!   bound is the stack actually left, measured against the thread's real
+//!   stack; a frame count is only a secondary cap).
+//!
+//! A waiter with nothing to run parks in the sleep system's *waiters* list:
+//! new work wakes idle workers first, and a waiter only for work of its own
+//! region. While parked it counts as waiting: if every thread of the pool is
+//! blocked or waiting and work is queued, the pool lends a thread (a wait
+//! can thus never leave queued work with nobody to run it).
+
+use std::time::Instant;
+
+use crate::job::{JobRef, Tag};
+use crate::latch::Awaitable;
+use crate::sleep::NO_REGION;
+use crate::worker::WorkerThread;
+
+/// Help-while-waiting frames allowed on one stack before a wait just parks,
+/// whatever stack is left (a secondary bound).
+pub(crate) const MAX_HELP_DEPTH: u32 = 256;
+/// Stack size assumed where the real bounds cannot be read: std's default
+/// for spawned threads.
+const ASSUMED_STACK: usize = 2 << 20;
+
+impl WorkerThread {
+    /// Waits until `latch` is set or `deadline` passes, helping as the
+    /// module comment says. Returns whether the latch was set.
+    pub(crate) fn wait_until(&self, latch: &dyn Awaitable, deadline: Option<Instant>) -> bool {
+        if latch.probe() {
+            return true;
+        }
+        let region = self.help_region(deadline);
+        let depth = self.help_depth.get();
+        self.help_depth.set(depth + 1);
+        let _restore_depth = RestoreDepth(&self.help_depth, depth);
+        // A waiting worker is not running its task (the monitor must not
+        // judge it by its thread state); the outer mark comes back on return.
+        let busy = &self.counters().in_task;
+        let outer_busy = busy.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let _restore_busy = RestoreBusy(busy, outer_busy);
+        let registry = &self.registry;
+        loop {
+            if latch.probe() {
+                return true;
+            }
+            if region != NO_REGION
+                && let Some(job) = self.find_region_task(region)
+            {
+                self.execute(job);
+                continue;
+            }
+            let timeout = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return latch.probe(),
+                },
+            };
+            latch.register_sleeper(&self.registry, self.index);
+            {
+                // Inside a blocking region the thread is counted already.
+                let _waiting = (self.blocking_depth.get() == 0).then(|| registry.enter_waiting());
+                registry.sleep.park_waiter(self.index, region, timeout, || {
+                    latch.probe() || (region != NO_REGION && self.region_work_visible(region))
+                });
+            }
+            latch.unregister_sleeper(self.index);
+        }
+    }
+
+    /// The region whose work this wait may run, or `NO_REGION`.
+    fn help_region(&self, deadline: Option<Instant>) -> Tag {
+        if deadline.is_none() && self.may_run_nested() { self.region.get() } else { NO_REGION }
+    }
+
+    /// May an untimed wait run a job on top of the waiting task's stack
+    /// (not in a blocking region, enough stack left)?
+    pub(crate) fn may_run_nested(&self) -> bool {
+        self.blocking_depth.get() == 0
+            && self.help_depth.get() < MAX_HELP_DEPTH
+            && self.stack_left() >= help_reserve(self.stack_size())
+    }
+
+    /// A job of `region` for a waiter: own deque first, then the deques of
+    /// workers whose current task is of that region.
+    fn find_region_task(&self, region: Tag) -> Option<JobRef> {
+        while let Some(job) = self.deque.pop() {
+            if job.tag() == region {
+                self.count_local_pop();
+                return Some(job);
+            }
+            self.hand_over(job);
+        }
+        loop {
+            let job = self.steal(Some(region))?;
+            if job.tag() == region {
+                return Some(job);
+            }
+            self.hand_over(job);
+        }
+    }
+
+    /// Work of another region met while waiting: not ours to run nested, so
+    /// it goes where any thread can take it.
+    fn hand_over(&self, job: JobRef) {
+        self.registry.injector.push(job);
+        self.registry.wake_for_new_work();
+    }
+
+    /// Is work of `region` visible (the waiter's re-check before parking)?
+    fn region_work_visible(&self, region: Tag) -> bool {
+        if !self.deque.is_empty() {
+            return true;
+        }
+        let registry = &*self.registry;
+        let n = registry.high_water.load(std::sync::atomic::Ordering::Acquire);
+        registry.slots[..n].iter().enumerate().any(|(i, slot)| {
+            i != self.index
+                && slot.counters.region.load(std::sync::atomic::Ordering::Relaxed) == region
+                && !slot.stealer.is_empty()
+        })
+    }
+
+    /// Bytes of stack between here and the lowest safe address.
+    fn stack_left(&self) -> usize {
+        approximate_stack_pointer().saturating_sub(self.stack_low)
+    }
+
+    fn stack_size(&self) -> usize {
+        self.registry.config.stack_size.unwrap_or(ASSUMED_STACK)
+    }
+
+    /// Runs `job`, found on the own deque by a joiner, if it belongs to the
+    /// joiner's region; hands it over otherwise.
+    pub(crate) fn run_or_hand_over(&self, job: JobRef) {
+        if job.tag() == self.region.get() {
+            self.execute(job);
+        } else {
+            self.hand_over(job);
+        }
+    }
+}
+
+/// Stack a wait keeps free before it runs another task on top of its own:
+/// a quarter of the stack, at least 64 KiB and at most 512 KiB.
+fn help_reserve(stack_size: usize) -> usize {
+    (stack_size / 4).clamp(64 << 10, 512 << 10)
+}
+
+#[inline(never)]
+fn approximate_stack_pointer() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
+/// The lowest address the calling thread's stack may safely reach: the
+/// real bound where the platform tells it (Linux), else an estimate from
+/// the configured (or std's default) stack size. A 32 KiB margin covers
+/// guard pages and what runs below the estimate's reference point.
+pub(crate) fn stack_low_bound(configured: Option<usize>) -> usize {
+    const MARGIN: usize = 32 << 10;
+    #[cfg(target_os = "linux")]
+    if let Some(low) = linux_stack_low() {
+        return low + MARGIN;
+    }
+    approximate_stack_pointer().saturating_sub(configured.unwrap_or(ASSUMED_STACK)) + MARGIN
+}
+
+#[cfg(target_os = "linux")]
+fn linux_stack_low() -> Option<usize> {
+    // SAFETY: a zeroed attr is filled by pthread_getattr_np and destroyed
+    // after use; out-pointers are valid locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        (ok && !addr.is_null()).then_some(addr as usize)
+    }
+}
+
+struct RestoreBusy<'a>(&'a std::sync::atomic::AtomicU64, u64);
+
+impl Drop for RestoreBusy<'_> {
+    fn drop(&mut self) {
+        self.0.store(self.1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+struct RestoreDepth<'a>(&'a std::cell::Cell<u32>, u32);
+
+impl Drop for RestoreDepth<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.1);
+    }
+}
+
+/// Waits for `latch` on any thread: as above on a worker of `registry`,
+/// blocking elsewhere.
+pub(crate) fn wait_on(registry: &crate::registry::Registry, latch: &dyn Awaitable, deadline: Option<Instant>) -> bool {
+    match registry.current_worker() {
+        Some(worker) => worker.wait_until(latch, deadline),
+        None => latch.block_until(deadline),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_is_a_clamped_quarter() {
+        assert_eq!(help_reserve(2 << 20), 512 << 10);
+        assert_eq!(help_reserve(256 << 10), 64 << 10);
+        assert_eq!(help_reserve(64 << 10), 64 << 10);
+    }
+
+    #[test]
+    fn the_stack_bound_is_below_us_and_leaves_room() {
+        let low = stack_low_bound(None);
+        let here = approximate_stack_pointer();
+        assert!(low < here, "bound {low:#x} above sp {here:#x}");
+        assert!(here - low > 64 << 10, "a fresh test thread has more than 64 KiB left");
+    }
+}

@@ -1,0 +1,297 @@
+//! Regression tests for issue 10, helping part: help-while-waiting must
+//! not add deadlocks of its own, nor hand a waiter unrelated long work, nor
+//! break a timed wait. Each test names the item it covers; every wait that
+//! could deadlock runs under `common::watchdog`. Wall-clock bounds here are
+//! generous hang/behaviour guards (the bad behaviour costs 500 ms or
+//! forever), never performance assertions. Queue-order items (10.6, 10.10
+//! to 10.12) are in `queues.rs`; 10.8 too. The `wspool::isolate` API is
+//! tested in `isolate.rs`.
+#![allow(missing_docs)]
+
+mod common;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Gate, OpenOnDrop, eventually, watchdog};
+use wspool::{Growth, Pool};
+
+const HANG: Duration = Duration::from_secs(10);
+
+fn fixed(n: usize) -> Pool {
+    Pool::builder().min_threads(n).growth(Growth::Fixed).build().unwrap()
+}
+
+/// Submits a task from outside that sets `started`, then sleeps `d` on its
+/// worker (so it is certainly running elsewhere when others wait on it).
+fn running_elsewhere(pool: &Pool, d: Duration) -> wspool::TaskHandle<()> {
+    let started = Arc::new(AtomicBool::new(false));
+    let s = started.clone();
+    let h = pool
+        .submit(move || {
+            s.store(true, SeqCst);
+            std::thread::sleep(d);
+        })
+        .unwrap();
+    eventually(HANG, "the task started on a worker", || started.load(SeqCst));
+    h
+}
+
+// Issue 10.1: S1 (serial queue Q) waits for X running elsewhere; its worker
+// helps and picks up R from the global queue; R waits for S2, the next task
+// of Q. S2 cannot start before S1 returns, S1 cannot return before R does:
+// helping made a deadlock out of tasks with no cycle among them (without
+// helping all finishes in about 300 ms).
+#[test]
+fn serial_queue_and_helping_do_not_deadlock() {
+    watchdog(HANG, "S1 waits X, R waits S2 (same serial queue)", || {
+        let pool = fixed(2);
+        let q = pool.serial();
+        let x = running_elsewhere(&pool, Duration::from_millis(300));
+        let s1_waiting = Arc::new(AtomicBool::new(false));
+        let s1 = {
+            let flag = s1_waiting.clone();
+            q.submit(move || {
+                flag.store(true, SeqCst);
+                x.wait().unwrap();
+            })
+            .unwrap()
+        };
+        let s2 = q.submit(|| 2).unwrap();
+        eventually(HANG, "S1 is waiting", || s1_waiting.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(10));
+        let r = pool.submit(move || s2.wait().unwrap()).unwrap();
+        assert_eq!(r.wait().unwrap(), 2);
+        s1.wait().unwrap();
+    });
+}
+
+// Issue 10.2 (the rayon#592 class): a task holding a std Mutex waits on a
+// group whose task runs elsewhere; its worker helped and ran another queued
+// task that locks the same mutex: self-deadlock. A wait must not run
+// unrelated work.
+#[test]
+fn mutex_held_across_a_group_wait_does_not_self_deadlock() {
+    watchdog(HANG, "a task holding a mutex waits on a group; another task locks it", || {
+        let pool = fixed(2);
+        let m = Arc::new(Mutex::new(0u32));
+        let group = pool.group();
+        let y_started = Arc::new(AtomicBool::new(false));
+        {
+            let ys = y_started.clone();
+            group
+                .spawn(move || {
+                    ys.store(true, SeqCst);
+                    std::thread::sleep(Duration::from_millis(200));
+                })
+                .unwrap();
+        }
+        eventually(HANG, "Y runs on a worker", || y_started.load(SeqCst));
+        let holding = Arc::new(AtomicBool::new(false));
+        let t1 = {
+            let (m, group, holding) = (m.clone(), group.clone(), holding.clone());
+            pool.submit(move || {
+                let mut g = m.lock().unwrap();
+                holding.store(true, SeqCst);
+                group.wait().unwrap();
+                *g += 1;
+            })
+            .unwrap()
+        };
+        eventually(HANG, "T1 holds the mutex and waits", || holding.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(10));
+        let t2 = {
+            let m = m.clone();
+            pool.submit(move || *m.lock().unwrap() += 10).unwrap()
+        };
+        t1.wait().unwrap();
+        t2.wait().unwrap();
+        assert_eq!(*m.lock().unwrap(), 11);
+    });
+}
+
+thread_local! {
+    /// Set while a test task is inside its wait on this thread.
+    static IN_WAIT: Cell<bool> = const { Cell::new(false) };
+}
+
+// Issue 10.2: the README's escape hatch, waiting inside `wspool::blocking`,
+// did nothing (waits never looked at blocking regions). A wait inside a
+// blocking region must never run other tasks on this thread.
+#[test]
+fn a_wait_inside_a_blocking_region_runs_no_other_task() {
+    watchdog(HANG, "wait inside blocking()", || {
+        let pool = fixed(2);
+        let group = pool.group();
+        let y_started = Arc::new(AtomicBool::new(false));
+        {
+            let ys = y_started.clone();
+            group
+                .spawn(move || {
+                    ys.store(true, SeqCst);
+                    std::thread::sleep(Duration::from_millis(200));
+                })
+                .unwrap();
+        }
+        eventually(HANG, "Y runs on a worker", || y_started.load(SeqCst));
+        let waiting = Arc::new(AtomicBool::new(false));
+        let t1 = {
+            let (group, waiting) = (group.clone(), waiting.clone());
+            pool.submit(move || {
+                IN_WAIT.with(|w| w.set(true));
+                waiting.store(true, SeqCst);
+                wspool::blocking(|| group.wait()).unwrap();
+                IN_WAIT.with(|w| w.set(false));
+            })
+            .unwrap()
+        };
+        eventually(HANG, "T1 waits", || waiting.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(10));
+        let t2 = pool.submit(|| IN_WAIT.with(|w| w.get())).unwrap();
+        t1.wait().unwrap();
+        assert!(!t2.wait().unwrap(), "a wait inside wspool::blocking ran another task on its thread");
+    });
+}
+
+// Issue 10.3: a worker parked inside a wait was the first one woken for new
+// work (LIFO sleepers), so a 50 ms wait lasted 500 ms: the waiter ran a new
+// 500 ms task while a third worker stayed idle. Idle workers are woken
+// before parked waiters: the long task runs on another thread and the wait
+// returns in about 50 ms (bound: 400 ms, a behaviour guard, not a timing).
+#[test]
+fn a_waiter_is_not_handed_long_work_while_a_worker_idles() {
+    let (wait_took, waiter_thread, long_thread) = watchdog(HANG, "waiter vs idle worker", || {
+        let pool = fixed(3);
+        let w = running_elsewhere(&pool, Duration::from_millis(50));
+        let waiting = Arc::new(AtomicBool::new(false));
+        let a = {
+            let waiting = waiting.clone();
+            pool.submit(move || {
+                let start = Instant::now();
+                waiting.store(true, SeqCst);
+                w.wait().unwrap();
+                (start.elapsed(), std::thread::current().id())
+            })
+            .unwrap()
+        };
+        eventually(HANG, "A waits", || waiting.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(5));
+        let long = pool
+            .submit(|| {
+                std::thread::sleep(Duration::from_millis(500));
+                std::thread::current().id()
+            })
+            .unwrap();
+        let (took, a_thread) = a.wait().unwrap();
+        (took, a_thread, long.wait().unwrap())
+    });
+    assert_ne!(waiter_thread, long_thread, "the waiter ran the new 500 ms task while a worker was idle");
+    assert!(wait_took < Duration::from_millis(400), "a 50 ms wait took {wait_took:?}");
+}
+
+// Issue 10.4: a waiter took global-queue work before in-flight work stolen
+// from other workers; the README promises own deque, then other workers'
+// in-flight work, then the global queue (rayon's order). Here A waits on a
+// group; its own child J1 runs first; while J1 runs, G (global queue) and
+// then C (another worker's deque) arrive, both members of the group. If A's
+// thread runs G during its wait, it must have run C before it. (If the
+// waiter is isolated from both, it runs neither and the order is moot.)
+#[test]
+fn a_waiter_steals_in_flight_work_before_taking_global_work() {
+    let order = watchdog(HANG, "help order", || {
+        let pool = fixed(2);
+        let group = pool.group();
+        let order: Arc<Mutex<Vec<(&'static str, std::thread::ThreadId)>>> = Arc::default();
+        let record = |name: &'static str| {
+            let order = order.clone();
+            move || order.lock().unwrap().push((name, std::thread::current().id()))
+        };
+        let go_b = Arc::new(Gate::default());
+        let go_j1 = Arc::new(Gate::default());
+        let (_ob, _oj) = (OpenOnDrop(go_b.clone()), OpenOnDrop(go_j1.clone()));
+        let b_started = Arc::new(AtomicBool::new(false));
+        let c_pushed = Arc::new(AtomicBool::new(false));
+        // B: on one worker, later pushes C onto its own deque, then stays busy.
+        {
+            let (go_b, b_started, c_pushed, group, c) =
+                (go_b.clone(), b_started.clone(), c_pushed.clone(), group.clone(), record("C"));
+            pool.spawn(move || {
+                b_started.store(true, SeqCst);
+                go_b.wait();
+                group.spawn(c).unwrap();
+                c_pushed.store(true, SeqCst);
+                std::thread::sleep(Duration::from_millis(500));
+            })
+            .unwrap();
+        }
+        eventually(HANG, "B runs", || b_started.load(SeqCst));
+        // A: on the other worker, spawns J1 locally and waits on the group.
+        let j1_started = Arc::new(AtomicBool::new(false));
+        let a_thread = {
+            let (group, go_j1, j1_started, j1) = (group.clone(), go_j1.clone(), j1_started.clone(), record("J1"));
+            pool.submit(move || {
+                group
+                    .spawn(move || {
+                        j1_started.store(true, SeqCst);
+                        go_j1.wait();
+                        j1();
+                    })
+                    .unwrap();
+                group.wait().unwrap();
+                std::thread::current().id()
+            })
+            .unwrap()
+        };
+        eventually(HANG, "J1 runs inside A's wait", || j1_started.load(SeqCst));
+        group.spawn(record("G")).unwrap();
+        go_b.open();
+        eventually(HANG, "C is on B's deque", || c_pushed.load(SeqCst));
+        go_j1.open();
+        let a_thread = a_thread.wait().unwrap();
+        group.wait().unwrap();
+        let order = order.lock().unwrap().clone();
+        order.into_iter().filter(|(_, t)| *t == a_thread).map(|(n, _)| n).collect::<Vec<_>>()
+    });
+    if let Some(g) = order.iter().position(|n| *n == "G") {
+        let c = order.iter().position(|n| *n == "C");
+        assert!(
+            c.is_some_and(|c| c < g),
+            "the waiter took global work before in-flight work of another worker: {order:?}"
+        );
+    }
+}
+
+// Issue 10.5: `wait_timeout` on a pool thread ran the awaited (500 ms) task
+// inline and returned after 500 ms. A timed wait must not start work it
+// cannot bound: it returns false long before the task could finish.
+#[test]
+fn wait_timeout_on_a_pool_thread_does_not_run_the_task_inline() {
+    let (handle_result, handle_took, group_result, group_took) = watchdog(HANG, "timed waits", || {
+        let pool = fixed(2);
+        let p = pool.clone();
+        pool.submit(move || {
+            let h = p.submit(|| std::thread::sleep(Duration::from_millis(500))).unwrap();
+            let start = Instant::now();
+            let hr = h.wait_timeout(Duration::from_millis(10));
+            let ht = start.elapsed();
+            let g = p.group();
+            g.spawn(|| std::thread::sleep(Duration::from_millis(500))).unwrap();
+            let start = Instant::now();
+            let gr = g.wait_timeout(Duration::from_millis(10));
+            (hr, ht, gr, start.elapsed())
+        })
+        .unwrap()
+        .wait()
+        .unwrap()
+    });
+    assert!(
+        !handle_result && handle_took < Duration::from_millis(300),
+        "TaskHandle::wait_timeout(10 ms) returned {handle_result} after {handle_took:?}"
+    );
+    assert!(
+        !group_result && group_took < Duration::from_millis(300),
+        "Group::wait_timeout(10 ms) returned {group_result} after {group_took:?}"
+    );
+}

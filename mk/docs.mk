@@ -1,0 +1,24 @@
+# mk/docs.mk: the documentation's code blocks (issue 13).
+#
+#   make test-docs   builds and runs every rust / c / python block of README.md,
+#                    docs/ and examples-c/README.md (tools/check_snippets.py):
+#                    Rust in a scratch cargo project on core/, C against
+#                    include/ + target/release, Python with the ./.venv interpreter;
+#                    first test-help: every target `make help` names exists
+
+TEST_TARGETS += test-docs
+
+.PHONY: test-docs test-help
+
+test-docs: test-help c-build python-install
+	$(PYTHON) tools/check_snippets.py --self-test --python $(PY)
+	$(PYTHON) tools/check_snippets.py --python $(PY)
+
+# Every target `make help` names is defined (read from make's database,
+# so nothing runs).
+test-help:
+	@defined=$$( { $(MAKE) -pqs --no-print-directory 2>/dev/null || true; } | grep -oE '^[a-z][a-z-]*:' | tr -d : | sort -u); \
+	named=$$($(MAKE) -s --no-print-directory help | grep '^  make' | grep -oE '(make|\|) +[a-z][a-z-]*' | awk '{print $$2}' | sort -u); \
+	missing=$$(comm -23 <(echo "$$named") <(echo "$$defined")); \
+	if [ -n "$$missing" ]; then echo "make help names targets that do not exist: $$missing"; exit 1; fi; \
+	echo "make help: all $$(wc -w <<< "$$named") targets it names exist"
