@@ -218,8 +218,8 @@ fn monitor_loop(weak: Weak<Registry>, params: Params) {
             sampler.reset();
             None
         };
-        let observation =
-            Observation { now, pressure, threads, declared: registry.compensation.blocked(), done, estimate };
+        let (declared, waiting) = (registry.compensation.blocked(), registry.compensation.waiting());
+        let observation = Observation { now, pressure, threads, declared, waiting, done, estimate };
         match controller.tick(&observation, || registry.queued_now()) {
             Action::Nothing => {}
             Action::Inject(n) => {
@@ -256,9 +256,12 @@ pub(crate) struct Observation {
     /// Work is queued and no worker is idle.
     pub(crate) pressure: bool,
     pub(crate) threads: usize,
-    /// Threads the compensation counts: in declared blocking regions, or
-    /// parked in a wait with nothing they may run.
+    /// Threads in declared blocking regions (the compensation's).
     pub(crate) declared: usize,
+    /// Threads parked in a wait with nothing they may run: they wait for
+    /// work another thread runs, so they count as neither blocked nor
+    /// computing (the compensation covers the case where all are stuck).
+    pub(crate) waiting: usize,
     /// The pool's completions so far.
     pub(crate) done: u64,
     /// The CPU-clock hint (None without it, or before anyone is classified).
@@ -342,21 +345,29 @@ impl Controller {
         if self.last_progress.is_none_or(|(_, done)| done != o.done) {
             self.last_progress = Some((o.now, o.done));
         }
-        let undeclared = o.threads.saturating_sub(o.declared);
-        let (blocked, busy, cores) = match (self.p.hint, o.estimate) {
+        // Workers inside a task: the ones the monitor judges.
+        let in_task = o.threads.saturating_sub(o.declared + o.waiting);
+        let (blocked, computing, cores) = match (self.p.hint, o.estimate) {
             (true, Some(e)) => {
-                let blocked = ((e.blocked_share * undeclared as f64).round() as usize).min(undeclared);
-                (blocked, undeclared - blocked, e.cores_per_worker * undeclared as f64)
+                let blocked = ((e.blocked_share * in_task as f64).round() as usize).min(in_task);
+                (blocked, in_task - blocked, e.cores_per_worker * in_task as f64)
             }
             // Nobody classified yet: wait for the hint rather than guess.
-            (true, None) => (0, usize::MAX, 0.0),
+            (true, None) => (0, usize::MAX / 2, 0.0),
             // Without the hint any worker might be blocked; only feedback tells.
-            (false, _) => (undeclared, 0, 0.0),
+            (false, _) => (in_task, 0, 0.0),
         };
-        let starving = o.pressure && o.threads < self.p.max && busy < self.p.min && cores < CPU_GUARD * self.p.cores;
+        // A waiter's work is running elsewhere: it is not capacity lost.
+        let busy = computing + o.waiting;
+        // Threads all in regions or waits are the compensation's to cover.
+        let starving = o.pressure
+            && in_task > 0
+            && o.threads < self.p.max
+            && busy < self.p.min
+            && cores < CPU_GUARD * self.p.cores;
 
         let long_tasks = previous.is_some_and(|d| o.done - d <= o.threads as u64);
-        if starving && self.p.hint && busy == 0 && long_tasks {
+        if starving && self.p.hint && computing == 0 && long_tasks {
             // Rule 2 of the module comment: growth cannot hurt a pool in which
             // nothing computes; a probe in flight is superseded.
             self.probe = None;
@@ -493,6 +504,7 @@ mod tests {
                 pressure: true,
                 threads,
                 declared: 0,
+                waiting: 0,
                 done: done as u64,
                 estimate: p.hint.then(|| {
                     let b = blocked_share(threads);
@@ -556,6 +568,7 @@ mod tests {
             pressure: true,
             threads: 4,
             declared: 0,
+            waiting: 0,
             done: 0,
             estimate: Some(e),
         };
@@ -564,6 +577,14 @@ mod tests {
         assert_eq!(c.tick(&o(2, spinning), || 9), Action::Nothing, "4 × 0.5 cores use both cores");
         let sleeping = Estimate { blocked_share: 1.0, cores_per_worker: 0.0 };
         assert_eq!(c.tick(&o(3, sleeping), || 9), Action::Inject(4));
+        let mut c = Controller::new(params(true));
+        let counted = |i: u32| Observation { declared: 3, waiting: 1, ..o(i, sleeping) };
+        c.tick(&counted(1), || 9);
+        assert_eq!(c.tick(&counted(2), || 9), Action::Nothing, "declared and waiting threads are not the monitor's");
+        let mut c = Controller::new(params(true));
+        let waiter = |i: u32| Observation { waiting: 2, ..o(i, spinning) };
+        c.tick(&waiter(1), || 9);
+        assert_eq!(c.tick(&waiter(2), || 9), Action::Nothing, "2 waiters + 2 blocked is min_threads busy");
         let mut c = Controller::new(params(true));
         let busy = Estimate { blocked_share: 0.5, cores_per_worker: 0.1 };
         c.tick(&o(1, busy), || 9);

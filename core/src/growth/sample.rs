@@ -330,11 +330,13 @@ mod tests {
             let (tx, rx) = std::sync::mpsc::channel();
             let handle = std::thread::spawn(move || {
                 tx.send((current_cpu_clock(), current_tid())).unwrap();
-                let end = Instant::now() + Duration::from_millis(60);
-                while Instant::now() < end {
-                    if !spin {
-                        std::thread::sleep(Duration::from_millis(5));
+                if spin {
+                    let end = Instant::now() + Duration::from_millis(200);
+                    while Instant::now() < end {
+                        std::hint::spin_loop();
                     }
+                } else {
+                    std::thread::sleep(Duration::from_millis(200));
                 }
             });
             (rx.recv().unwrap(), handle)
