@@ -93,6 +93,7 @@ impl JobRef {
         self.vtable.evictable
     }
 
+
     /// The pointer stored by [`JobRef::from_pointer`].
     ///
     /// # Safety

@@ -53,8 +53,8 @@ pub use config::{
 };
 pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;
-pub use growth::{blocking, blocking_begin, blocking_end};
 pub use isolation::isolate;
+pub use growth::{blocking, blocking_begin, blocking_end};
 pub use join::join;
 pub use pool::{Pool, Shutdown, SpawnOptions};
 pub use scope::Scope;

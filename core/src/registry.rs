@@ -200,7 +200,8 @@ impl Registry {
                     self.queued.fetch_sub(1, SeqCst);
                     // A pool thread is refused at once: it must not wait for
                     // room that it may be the one to make (documented rule).
-                    if worker.is_none() && self.room.wait_until(|| self.has_room() || self.state() != RUNNING, deadline)
+                    if worker.is_none()
+                        && self.room.wait_until(|| self.has_room() || self.state() != RUNNING, deadline)
                     {
                         if self.state() != RUNNING {
                             return Err(SubmitErrorKind::Shutdown);
