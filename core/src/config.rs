@@ -79,6 +79,7 @@ pub struct Builder {
     pub(crate) monitor_interval: Duration,
     pub(crate) stack_size: Option<usize>,
     pub(crate) cpu_parallelism: usize,
+    pub(crate) monitor_hint: bool,
     pub(crate) on_thread_start: Option<ThreadHook>,
     pub(crate) on_thread_stop: Option<ThreadHook>,
 }
@@ -97,6 +98,7 @@ impl Default for Builder {
             monitor_interval: DEFAULT_MONITOR_INTERVAL,
             stack_size: None,
             cpu_parallelism: 0,
+            monitor_hint: true,
             on_thread_start: None,
             on_thread_stop: None,
         }
@@ -168,11 +170,22 @@ impl Builder {
     }
     /// How many cores the pool's work can use at most (0: available
     /// parallelism). The starvation monitor never adds threads while the
-    /// process already uses this much CPU. A Python binding sets 1: code
-    /// behind a GIL never fills more than one core, and threads waiting for
-    /// the GIL must not look like starvation.
+    /// pool's own workers already use this much CPU (measured on their
+    /// per-thread CPU clocks; other pools and threads do not count). A
+    /// Python binding sets 1: code behind a GIL never fills more than one
+    /// core, and threads waiting for the GIL must not look like starvation.
     pub fn cpu_parallelism(mut self, cores: usize) -> Self {
         self.cpu_parallelism = cores;
+        self
+    }
+    /// Whether the starvation monitor reads its workers' CPU clocks (the
+    /// hint that tells a blocked worker from a computing one; default true,
+    /// and always false where the platform has no per-thread CPU clocks).
+    /// Off, the monitor runs its portable rule alone (stalls and
+    /// throughput probes; see `docs/growth.md`). For tests of that path.
+    #[doc(hidden)]
+    pub fn monitor_kernel_hint(mut self, on: bool) -> Self {
+        self.monitor_hint = on;
         self
     }
     /// Stack size of worker threads (default: the platform's).

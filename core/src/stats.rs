@@ -81,11 +81,14 @@ pub(crate) struct WorkerCounters {
     pub(crate) spin_hits: AtomicU64,
     pub(crate) spin_misses: AtomicU64,
     pub(crate) spin_threshold_ns: AtomicU32,
-    /// 1 while the worker runs a task (not while it waits by helping), so
-    /// the monitor can tell a task blocked in the kernel from an idle thread.
+    /// 1 while the worker runs a task (not while it waits by helping), 2
+    /// (`growth::sample::DECLARED`) inside a declared blocking region, else
+    /// 0: the monitor samples the CPU clocks of workers in a task only, and
+    /// leaves declared ones to the compensation.
     pub(crate) in_task: AtomicU64,
-    /// The occupying thread's kernel id (Linux), for the monitor's
-    /// "blocked or just descheduled?" check; 0 when unknown.
+    /// The occupying thread's CPU clock and kernel thread id, for the
+    /// monitor's hint (`growth::sample`); 0 when none.
+    pub(crate) cpu_clock: AtomicU64,
     pub(crate) tid: AtomicU64,
     /// The isolation region of the worker's current top-level task, so a
     /// waiter of that region knows this worker's deque holds its work.

@@ -144,7 +144,6 @@ impl WorkerThread {
         // its counters wrong: abort loudly instead of hanging later.
         let guard = AbortOnUnwind("a wspool worker thread outside any task");
         CURRENT.with(|c| c.set(&worker));
-        worker.counters().tid.store(crate::growth::current_tid(), Relaxed);
         if let Some(hook) = &worker.registry.config.on_thread_start
             && let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index)))
         {
@@ -179,6 +178,9 @@ impl WorkerThread {
                     self.stop_searching();
                 }
                 self.execute(job);
+                if registry.retire_requested() {
+                    return;
+                }
                 continue;
             }
             match registry.state() {

@@ -1,5 +1,6 @@
 //! Adding and retiring threads: thread creation, blocking regions and their
-//! compensation, and the starvation monitor.
+//! compensation, and the starvation monitor (`monitor.rs`, with what it
+//! samples in `sample.rs`).
 //!
 //! Invariants:
 //! - `threads` counts reserved-or-running workers and never exceeds
@@ -12,22 +13,24 @@
 //!   see `compensate_blocked`). A submission that finds nobody to wake while
 //!   `blocked > 0` does the same, so work that arrives after the region
 //!   began is covered too.
-//! - The monitor adds threads only while queued work exists, no thread is
-//!   idle, and the backlog is not shrinking across an interval.
+//! - The monitor adds threads only while queued work exists and no thread is
+//!   idle, and takes back (through `retire_requested`) those whose probe did
+//!   not raise the pool's throughput; see `monitor.rs`.
 
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::{Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 
 pub(crate) mod compensation;
+mod monitor;
+mod sample;
 
 pub(crate) use compensation::Compensation;
+pub(crate) use monitor::Monitor;
 
 use crate::config::Growth;
-use crate::registry::{CANCELLING, LocalQueues, RUNNING, Registry};
+use crate::registry::{CANCELLING, LocalQueues, Registry};
 use crate::sync::lock;
 use crate::worker::WorkerThread;
 
@@ -75,6 +78,10 @@ impl Registry {
             let queues = lock(&carried).take();
             drop(carried);
             if let Some(queues) = queues {
+                // Before any task: the monitor reads this clock only then.
+                let counters = &registry.slots[index].counters;
+                counters.tid.store(sample::current_tid(), Relaxed);
+                counters.cpu_clock.store(sample::current_cpu_clock(), Relaxed);
                 WorkerThread::run(registry, index, queues, injected);
             }
         });
@@ -109,19 +116,6 @@ impl Registry {
         }
     }
 
-    /// Workers inside a task whose thread is blocked in the kernel right
-    /// now (not running, not waiting for a CPU). Sampled once per interval,
-    /// the count estimates how many workers' worth of capacity blocking
-    /// takes away: a worker blocked a fraction f of the time is caught with
-    /// probability f.
-    fn blocked_in_task(&self) -> usize {
-        let n = self.high_water.load(SeqCst);
-        self.slots[..n]
-            .iter()
-            .filter(|slot| slot.counters.in_task.load(Relaxed) != 0 && thread_blocked(slot.counters.tid.load(Relaxed)))
-            .count()
-    }
-
     fn claim_slot(&self) -> Option<usize> {
         self.slots.iter().position(|s| s.occupied.compare_exchange(false, true, SeqCst, SeqCst).is_ok())
     }
@@ -135,6 +129,7 @@ impl Registry {
             moved = true;
         }
         let slot = &self.slots[index];
+        slot.counters.cpu_clock.store(0, Relaxed);
         *lock(&slot.queues) = Some(queues);
         slot.occupied.store(false, SeqCst);
         self.counters.threads_retired.fetch_add(1, Relaxed);
@@ -142,6 +137,12 @@ impl Registry {
             self.wake_for_new_work();
         }
         if self.running_threads.fetch_sub(1, SeqCst) == 1 {
+            if self.state() != crate::registry::RUNNING {
+                // The last worker of a closing pool: nothing is left to watch
+                // (also when nobody waits for the exit, e.g. a pool dropped
+                // from its own task).
+                self.monitor.stop();
+            }
             self.exited.notify();
         }
     }
@@ -152,10 +153,21 @@ impl Registry {
         self.threads.fetch_update(SeqCst, SeqCst, |n| (n > min).then(|| n - 1)).is_ok()
     }
 
+    /// A worker between two tasks asks whether the monitor wants it gone
+    /// (a probe that did not pay); true when it is retired and must exit
+    /// (`threads` is already decremented).
+    #[inline]
+    pub(crate) fn retire_requested(&self) -> bool {
+        self.monitor.retire_pending() && self.monitor.claim_retirement() && self.try_retire()
+    }
+
     /// The calling pool thread starts blocking (see the module invariants).
+    /// Its worker is marked `DECLARED` meanwhile, so the monitor does not
+    /// count it a second time as blocked inside a task.
     pub(crate) fn enter_blocked(self: &Arc<Self>) -> BlockedGuard {
+        let mark = self.current_worker().map(|w| (w.index, w.counters().in_task.swap(sample::DECLARED, Relaxed)));
         self.compensation.enter(|| self.has_visible_work(), || self.sleep.notify_one(), || self.compensate_blocked());
-        BlockedGuard { registry: self.clone() }
+        BlockedGuard { registry: self.clone(), mark }
     }
 
     /// The calling pool thread parks inside a wait with nothing it may run
@@ -211,11 +223,16 @@ impl Drop for WaitingGuard<'_> {
 /// Ends a blocked period when dropped.
 pub(crate) struct BlockedGuard {
     registry: Arc<Registry>,
+    /// The worker's slot and its `in_task` mark before the region.
+    mark: Option<(usize, u64)>,
 }
 
 impl Drop for BlockedGuard {
     fn drop(&mut self) {
         self.registry.compensation.leave();
+        if let Some((index, outer)) = self.mark {
+            self.registry.slots[index].counters.in_task.store(outer, Relaxed);
+        }
     }
 }
 
@@ -284,189 +301,4 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
     blocking_begin();
     let _end = End;
     f()
-}
-
-/// The starvation monitor: one thread per Adaptive pool, started with it.
-///
-/// Every `monitor_interval` (default 5 ms) while the pool is busy it counts
-/// the workers that are inside a task and whose thread is blocked in the
-/// kernel right now (Linux: `/proc/self/task/<tid>/stat` says sleeping, not
-/// running nor waiting for a CPU; elsewhere every worker inside a task
-/// counts). Those workers hold a thread without using it. The pool is
-/// **starving** when work is queued, no worker is idle, fewer than
-/// `min_threads` workers are neither blocked so nor in a declared blocking
-/// region, and the process is not already using `cpu_parallelism` cores. It
-/// then injects `min(queued, threads)` threads (at least one): at most
-/// doubling per interval, fast enough to absorb a burst of blocked tasks in
-/// a handful of intervals, and bounded by the backlog, so a trickle of
-/// blocking work adds a thread or two, not dozens. Computing threads are
-/// never counted, whether they run or wait for a CPU on a busy machine, so
-/// floods and CPU-bound tasks never grow the pool. Extras retire after
-/// `keep_alive` once idle. When every worker is parked and nothing is
-/// queued the monitor sleeps until the next wake-up of a worker, so an idle
-/// pool wakes nobody.
-#[derive(Default)]
-pub(crate) struct Monitor {
-    state: Mutex<MonitorState>,
-    cv: Condvar,
-    /// The monitor is (about to be) asleep until kicked; see `pause`.
-    idle: std::sync::atomic::AtomicBool,
-    handle: Mutex<Option<JoinHandle<()>>>,
-}
-
-#[derive(Default)]
-struct MonitorState {
-    kicked: bool,
-    stopped: bool,
-}
-
-impl Monitor {
-    pub(crate) fn start(registry: &Arc<Registry>) -> std::io::Result<()> {
-        if registry.config.growth != Growth::Adaptive || registry.config.max_threads <= registry.config.min_threads {
-            return Ok(());
-        }
-        let weak = Arc::downgrade(registry);
-        let interval = registry.config.monitor_interval;
-        let handle = std::thread::Builder::new()
-            .name(format!("{}-monitor", registry.config.name))
-            .spawn(move || monitor_loop(weak, interval))?;
-        *lock(&registry.monitor.handle) = Some(handle);
-        Ok(())
-    }
-
-    /// Called after a worker is woken: wakes an idle monitor.
-    #[inline]
-    pub(crate) fn kick(&self) {
-        if self.idle.load(SeqCst) {
-            let mut st = lock(&self.state);
-            st.kicked = true;
-            self.cv.notify_one();
-        }
-    }
-
-    pub(crate) fn stop(&self) {
-        let mut st = lock(&self.state);
-        st.stopped = true;
-        self.cv.notify_one();
-    }
-
-    pub(crate) fn join(&self) {
-        let handle = lock(&self.handle).take();
-        if let Some(h) = handle
-            && h.thread().id() != std::thread::current().id()
-        {
-            let _ = h.join();
-        }
-    }
-
-    /// Sleeps for `interval`; or, while `pool_idle()` holds, until kicked.
-    /// `idle` is published before `pool_idle` is checked and `kick` reads it
-    /// after waking a worker (both SeqCst), so a kick is never missed.
-    /// Returns false when stopped.
-    fn pause(&self, interval: Duration, pool_idle: impl Fn() -> bool) -> bool {
-        let mut st = lock(&self.state);
-        self.idle.store(true, SeqCst);
-        if pool_idle() {
-            while !st.kicked && !st.stopped {
-                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        self.idle.store(false, SeqCst);
-        if !st.kicked && !st.stopped {
-            st = self.cv.wait_timeout(st, interval).unwrap_or_else(|p| p.into_inner()).0;
-        }
-        st.kicked = false;
-        !st.stopped
-    }
-}
-
-fn monitor_loop(weak: std::sync::Weak<Registry>, interval: Duration) {
-    let cores = match weak.upgrade() {
-        Some(registry) => registry.config.cpu_parallelism,
-        None => return,
-    };
-    let mut last_cpu = process_cpu_time();
-    let mut last_tick = std::time::Instant::now();
-    loop {
-        let Some(registry) = weak.upgrade() else { return };
-        let pool_idle = || {
-            let (_, sleeping) = registry.sleep.counts();
-            sleeping >= registry.live_threads() && registry.queued_now() == 0
-        };
-        if !registry.monitor.pause(interval, pool_idle) || registry.state() != RUNNING {
-            return;
-        }
-        let now = std::time::Instant::now();
-        let cpu = process_cpu_time();
-        let used = match (cpu, last_cpu) {
-            (Some(c), Some(l)) => Some(c.saturating_sub(l)),
-            _ => None,
-        };
-        let elapsed = now.duration_since(last_tick);
-        (last_cpu, last_tick) = (cpu, now);
-        let queued = registry.queued_now();
-        let (searching, sleeping) = registry.sleep.counts();
-        if queued == 0 || searching + sleeping > 0 {
-            continue;
-        }
-        let blocked_in_task = registry.blocked_in_task();
-        let threads = registry.live_threads();
-        let runnable = threads.saturating_sub(blocked_in_task + registry.compensation.blocked());
-        let cpu_saturated = used.is_some_and(|u| u.as_secs_f64() >= 0.9 * cores as f64 * elapsed.as_secs_f64());
-        if runnable < registry.config.min_threads && !cpu_saturated {
-            for _ in 0..queued.min(threads).max(1) {
-                if !registry.spawn_worker(true) {
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Is thread `tid` of this process blocked (sleeping in the kernel) rather
-/// than running or runnable? Read from `/proc/self/task/<tid>/stat`; where
-/// that cannot be read, a long task counts as blocked.
-#[cfg(target_os = "linux")]
-fn thread_blocked(tid: u64) -> bool {
-    if tid == 0 {
-        return true;
-    }
-    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return true };
-    // "tid (comm) S ...": the state follows the last ')' (comm may hold any byte).
-    match text.rfind(')').and_then(|i| text[i + 1..].split_ascii_whitespace().next()) {
-        Some(state) => state != "R",
-        None => true,
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn thread_blocked(_tid: u64) -> bool {
-    true
-}
-
-/// The calling thread's kernel id, 0 where there is none to read.
-pub(crate) fn current_tid() -> u64 {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid has no preconditions.
-        (unsafe { libc::gettid() }) as u64
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        0
-    }
-}
-
-/// CPU time used by the whole process so far.
-#[cfg(unix)]
-fn process_cpu_time() -> Option<Duration> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid out-pointer to a timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
-}
-
-#[cfg(not(unix))]
-fn process_cpu_time() -> Option<Duration> {
-    None
 }

@@ -1,0 +1,596 @@
+//! The starvation monitor: one thread per Adaptive pool (when `max_threads`
+//! exceeds `min_threads`), and the controller it runs. The rules, their
+//! parameters and what they cannot see are described for users in
+//! `docs/growth.md`; this comment is the short form.
+//!
+//! Every `monitor_interval` while work is queued and no worker is idle, the
+//! monitor reads the pool's own signals (`sample.rs`): completions so far,
+//! and which workers are blocked inside a task (their CPU clock did not
+//! advance) or busy. Workers in a declared blocking region or parked in a
+//! wait are counted once, by the compensation. Then, in order:
+//!
+//! 1. **Enough is running**: at least `min_threads` workers are busy, or the
+//!    pool's workers use `cpu_parallelism` cores: nothing to do.
+//! 2. **Everyone is blocked** (the CPU-clock hint says no worker computes,
+//!    and tasks are long: at most one completion per thread in the last
+//!    interval): inject `min(queued, threads)` threads at once, no proof
+//!    needed. This is the fast path for undeclared sleeps, `recv`, foreign
+//!    locks.
+//! 3. **Stall**: nothing completed for `STALL` intervals: inject one thread
+//!    (it has to prove itself in the next probe).
+//! 4. **Probe** (hill climbing, A-B-A): measure completions per second over
+//!    a baseline window (A), add threads (1 or 2 first, then doubling after
+//!    each success) and measure again (B), then retire them and measure once
+//!    more (A'). The probe succeeds when B beats both A and A' by at least
+//!    80 % of what the added threads would give if the pool were purely
+//!    blocked (per-thread throughput held up); then they are added back for good. Measuring A' cancels a
+//!    drift in the machine's load (other processes) that A alone would read
+//!    as a gain. A failed probe leaves its threads (and any unproven stall
+//!    threads) retired, and the next one waits, the wait doubling up to
+//!    `BACKOFF_MAX` intervals. Lock convoys and CPU-bound floods therefore
+//!    stay at about `min_threads`.
+//!
+//! Without the hint (`Builder::monitor_kernel_hint(false)`, or a platform
+//! without per-thread CPU clocks or `/proc`) blocked work cannot be told
+//! apart from CPU-bound work, so rule 2 is off: only stalls and probes add
+//! threads.
+//!
+//! Cost: a tick reads at most `SAMPLE_PER_TICK` CPU clocks and a bounded
+//! number of completion counters, and is skipped outright at `max_threads`
+//! or with nothing queued. When every worker is parked and nothing is
+//! queued the monitor sleeps until a worker is woken.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::sample::{self, Estimate, Progress, Sampler};
+use crate::config::Growth;
+use crate::registry::{CANCELLING, Registry};
+use crate::sync::lock;
+
+/// Completions a throughput window should hold to be trusted.
+const WINDOW_DONE: u64 = 24;
+/// Longest throughput window, in intervals.
+const WINDOW_MAX: u32 = 40;
+/// No completion for this many intervals (with work queued) is a stall.
+const STALL: u32 = 20;
+/// Wait after a failed probe, in intervals: the first, and the longest.
+const BACKOFF_FIRST: u32 = 10;
+const BACKOFF_MAX: u32 = 200;
+/// Share of the ideal gain (linear in threads) a probe must show. High on
+/// purpose: on a machine oversubscribed by other processes, CPU-bound
+/// threads also raise throughput (they win a bigger share of the CPUs), but
+/// each thread then runs slower; blocked work keeps its per-thread rate.
+/// 0.8 tells the two apart up to about 8 runnable threads per core.
+const GAIN_SHARE: f64 = 0.8;
+/// Share of `cpu_parallelism` at which the pool counts as using all of it.
+const CPU_GUARD: f64 = 0.9;
+
+/// The monitor's handle, kept in the registry.
+#[derive(Default)]
+pub(crate) struct Monitor {
+    state: Mutex<MonitorState>,
+    cv: Condvar,
+    /// The monitor is (about to be) asleep until kicked; see `pause`.
+    idle: AtomicBool,
+    handle: Mutex<Option<JoinHandle<()>>>,
+    /// Threads the monitor wants to retire: a worker between two tasks
+    /// takes one (see `Registry::retire_requested`).
+    retire: AtomicUsize,
+}
+
+#[derive(Default)]
+struct MonitorState {
+    kicked: bool,
+    stopped: bool,
+}
+
+impl Monitor {
+    pub(crate) fn start(registry: &Arc<Registry>) -> std::io::Result<()> {
+        let config = &registry.config;
+        if config.growth != Growth::Adaptive || config.max_threads <= config.min_threads {
+            return Ok(());
+        }
+        let params = Params {
+            interval: config.monitor_interval,
+            min: config.min_threads,
+            max: config.max_threads,
+            cores: config.cpu_parallelism as f64,
+            hint: config.monitor_hint && sample::hint_available(),
+        };
+        let weak = Arc::downgrade(registry);
+        let handle = std::thread::Builder::new()
+            .name(format!("{}-monitor", config.name))
+            .spawn(move || monitor_loop(weak, params))?;
+        *lock(&registry.monitor.handle) = Some(handle);
+        Ok(())
+    }
+
+    /// Called after a worker is woken: wakes an idle monitor.
+    #[inline]
+    pub(crate) fn kick(&self) {
+        if self.idle.load(SeqCst) {
+            let mut st = lock(&self.state);
+            st.kicked = true;
+            self.cv.notify_one();
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        let mut st = lock(&self.state);
+        st.stopped = true;
+        self.cv.notify_one();
+    }
+
+    pub(crate) fn join(&self) {
+        let handle = lock(&self.handle).take();
+        if let Some(h) = handle
+            && h.thread().id() != std::thread::current().id()
+        {
+            let _ = h.join();
+        }
+    }
+
+    /// Is a retirement pending? One relaxed load: workers ask after every task.
+    #[inline]
+    pub(crate) fn retire_pending(&self) -> bool {
+        self.retire.load(Relaxed) != 0
+    }
+
+    /// Claims one pending retirement.
+    pub(crate) fn claim_retirement(&self) -> bool {
+        self.retire.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
+    }
+
+    pub(crate) fn cancel_retirements(&self) {
+        if self.retire_pending() {
+            self.retire.store(0, SeqCst);
+        }
+    }
+
+    /// Sleeps for `interval`; or, while `pool_idle()` holds, until kicked.
+    /// `idle` is published before `pool_idle` is checked and `kick` reads it
+    /// after waking a worker (both SeqCst), so a kick is never missed.
+    /// Returns false when stopped.
+    fn pause(&self, interval: Duration, pool_idle: impl Fn() -> bool) -> bool {
+        let mut st = lock(&self.state);
+        self.idle.store(true, SeqCst);
+        if pool_idle() {
+            while !st.kicked && !st.stopped {
+                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        self.idle.store(false, SeqCst);
+        if !st.kicked && !st.stopped {
+            st = self.cv.wait_timeout(st, interval).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        st.kicked = false;
+        !st.stopped
+    }
+}
+
+fn monitor_loop(weak: Weak<Registry>, params: Params) {
+    let slots = params.max;
+    let interval = params.interval;
+    let hint = params.hint;
+    let mut controller = Controller::new(params);
+    let mut progress = Progress::new(slots);
+    let mut sampler = Sampler::new(slots);
+    // Something is known about the current busy phase.
+    let mut active = false;
+    loop {
+        let Some(registry) = weak.upgrade() else { return };
+        let pool_idle = || {
+            let (_, sleeping) = registry.sleep.counts();
+            sleeping >= registry.live_threads() && registry.queued_now() == 0
+        };
+        // A draining pool is still watched: its queued work must finish
+        // (stopped by `wait_for_exit` once every worker is gone, or by a
+        // cancelling shutdown).
+        if !registry.monitor.pause(interval, pool_idle) || registry.state() == CANCELLING {
+            return;
+        }
+        if !registry.has_visible_work() {
+            if active {
+                // The phase is over: whatever helped, the pool kept up.
+                active = false;
+                controller.reset();
+                sampler.reset();
+                registry.monitor.cancel_retirements();
+            }
+            continue;
+        }
+        let threads = registry.live_threads();
+        if threads >= registry.config.max_threads && !controller.probing() {
+            continue;
+        }
+        let (searching, sleeping) = registry.sleep.counts();
+        let pressure = searching + sleeping == 0;
+        active = true;
+        let now = Instant::now();
+        let done = progress.update(&registry);
+        let estimate = if hint && pressure {
+            sampler.sample(&registry, now);
+            sampler.estimate()
+        } else {
+            // An idle worker's window would hold idle time, not blocked time.
+            sampler.reset();
+            None
+        };
+        let (declared, waiting) = (registry.compensation.blocked(), registry.compensation.waiting());
+        let observation = Observation { now, pressure, threads, declared, waiting, done, estimate };
+        match controller.tick(&observation, || registry.queued_now()) {
+            Action::Nothing => {}
+            Action::Inject(n) => {
+                registry.monitor.cancel_retirements();
+                for _ in 0..n {
+                    if !registry.spawn_worker(true) {
+                        break;
+                    }
+                }
+            }
+            Action::Retire(n) => {
+                registry.monitor.retire.fetch_add(n, SeqCst);
+            }
+        }
+    }
+}
+
+/// The controller's fixed inputs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    pub(crate) interval: Duration,
+    pub(crate) min: usize,
+    pub(crate) max: usize,
+    /// `cpu_parallelism`.
+    pub(crate) cores: f64,
+    /// Whether per-worker CPU clocks are read.
+    pub(crate) hint: bool,
+}
+
+/// What the monitor saw in one tick.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Observation {
+    pub(crate) now: Instant,
+    /// Work is queued and no worker is idle.
+    pub(crate) pressure: bool,
+    pub(crate) threads: usize,
+    /// Threads in declared blocking regions (the compensation's).
+    pub(crate) declared: usize,
+    /// Threads parked in a wait with nothing they may run: they wait for
+    /// work another thread runs, so they count as neither blocked nor
+    /// computing (the compensation covers the case where all are stuck).
+    pub(crate) waiting: usize,
+    /// The pool's completions so far.
+    pub(crate) done: u64,
+    /// The CPU-clock hint (None without it, or before anyone is classified).
+    pub(crate) estimate: Option<Estimate>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    Nothing,
+    Inject(usize),
+    Retire(usize),
+}
+
+/// A probe in flight: its current window started at `t0`.
+#[derive(Debug)]
+struct Probe {
+    t0: Instant,
+    done0: u64,
+    before: usize,
+    step: usize,
+    base_rate: f64,
+    base_window: Duration,
+    /// None while the added threads run (B); then B's rate, while they are
+    /// retired again (A').
+    trial_rate: Option<f64>,
+}
+
+pub(crate) struct Controller {
+    p: Params,
+    /// (time, completions) per tick of the current busy phase.
+    history: VecDeque<(Instant, u64)>,
+    probe: Option<Probe>,
+    /// Threads the next probe adds; 0: the phase's first probe.
+    next_step: usize,
+    backoff: u32,
+    retry_at: Option<Instant>,
+    /// When completions last changed.
+    last_progress: Option<(Instant, u64)>,
+    /// Stall threads not yet vindicated by a successful probe.
+    unproven: usize,
+    /// Throughput windows start after the last change of thread count.
+    changed_at: Option<Instant>,
+}
+
+impl Controller {
+    pub(crate) fn new(p: Params) -> Controller {
+        Controller {
+            p,
+            history: VecDeque::new(),
+            probe: None,
+            next_step: 0,
+            backoff: BACKOFF_FIRST,
+            retry_at: None,
+            last_progress: None,
+            unproven: 0,
+            changed_at: None,
+        }
+    }
+
+    /// Forgets the busy phase that just ended.
+    pub(crate) fn reset(&mut self) {
+        *self = Controller::new(self.p);
+    }
+
+    pub(crate) fn probing(&self) -> bool {
+        self.probe.is_some()
+    }
+
+    fn intervals(&self, n: u32) -> Duration {
+        self.p.interval * n
+    }
+
+    /// One tick. `queued` counts waiting tasks (only called when injecting).
+    pub(crate) fn tick(&mut self, o: &Observation, queued: impl FnOnce() -> usize) -> Action {
+        let previous = self.history.back().map(|&(_, done)| done);
+        self.history.push_back((o.now, o.done));
+        let horizon = self.intervals(2 * WINDOW_MAX);
+        while self.history.len() > 2 && o.now.saturating_duration_since(self.history[0].0) > horizon {
+            self.history.pop_front();
+        }
+        if self.last_progress.is_none_or(|(_, done)| done != o.done) {
+            self.last_progress = Some((o.now, o.done));
+        }
+        // Workers inside a task: the ones the monitor judges.
+        let in_task = o.threads.saturating_sub(o.declared + o.waiting);
+        let (blocked, computing, cores) = match (self.p.hint, o.estimate) {
+            (true, Some(e)) => {
+                let blocked = ((e.blocked_share * in_task as f64).round() as usize).min(in_task);
+                (blocked, in_task - blocked, e.cores_per_worker * in_task as f64)
+            }
+            // Nobody classified yet: wait for the hint rather than guess.
+            (true, None) => (0, usize::MAX / 2, 0.0),
+            // Without the hint any worker might be blocked; only feedback tells.
+            (false, _) => (in_task, 0, 0.0),
+        };
+        // A waiter's work is running elsewhere: it is not capacity lost.
+        let busy = computing + o.waiting;
+        // Threads all in regions or waits are the compensation's to cover.
+        let starving = o.pressure
+            && in_task > 0
+            && o.threads < self.p.max
+            && busy < self.p.min
+            && cores < CPU_GUARD * self.p.cores;
+
+        let long_tasks = previous.is_some_and(|d| o.done - d <= o.threads as u64);
+        if starving && self.p.hint && computing == 0 && long_tasks {
+            // Rule 2 of the module comment: growth cannot hurt a pool in which
+            // nothing computes; a probe in flight is superseded.
+            self.probe = None;
+            return self.inject(o, queued().min(o.threads));
+        }
+        if self.probe.is_some() {
+            return self.judge(o);
+        }
+        if !starving {
+            return Action::Nothing;
+        }
+        if let Some((since, _)) = self.last_progress
+            && o.now.saturating_duration_since(since) >= self.intervals(STALL)
+        {
+            self.last_progress = Some((o.now, o.done));
+            self.unproven += 1;
+            return self.inject(o, 1);
+        }
+        if self.retry_at.is_some_and(|t| o.now < t) {
+            return Action::Nothing;
+        }
+        let Some((base_rate, base_window)) = self.baseline(o) else { return Action::Nothing };
+        let step = match self.next_step {
+            0 => blocked.clamp(1, 2),
+            n => n,
+        };
+        let step = step.min(queued()).max(1);
+        self.probe =
+            Some(Probe { t0: o.now, done0: o.done, before: o.threads, step, base_rate, base_window, trial_rate: None });
+        self.inject(o, step)
+    }
+
+    fn inject(&mut self, o: &Observation, n: usize) -> Action {
+        let n = n.max(1).min(self.p.max.saturating_sub(o.threads));
+        if n == 0 {
+            return Action::Nothing;
+        }
+        self.changed_at = Some(o.now);
+        Action::Inject(n)
+    }
+
+    /// Throughput over the latest window that holds `WINDOW_DONE`
+    /// completions (or spans `WINDOW_MAX` intervals), all of it after the
+    /// last change of thread count. None while there is no such window, or
+    /// it holds fewer than 2 completions (nothing to compare against).
+    fn baseline(&self, o: &Observation) -> Option<(f64, Duration)> {
+        let shortest = self.intervals(2);
+        for &(t, done) in self.history.iter().rev().skip(1) {
+            if self.changed_at.is_some_and(|c| t < c + self.p.interval) {
+                return None;
+            }
+            let window = o.now.saturating_duration_since(t);
+            let completed = o.done - done;
+            if window >= shortest && (completed >= WINDOW_DONE || window >= self.intervals(WINDOW_MAX)) {
+                return (completed >= 2).then(|| (completed as f64 / window.as_secs_f64(), window));
+            }
+        }
+        None
+    }
+
+    /// Ends the probe in flight once its window is long enough.
+    fn judge(&mut self, o: &Observation) -> Action {
+        let Some(probe) = &self.probe else { return Action::Nothing };
+        let window = o.now.saturating_duration_since(probe.t0);
+        let completed = o.done - probe.done0;
+        if window < self.intervals(2) || (completed < WINDOW_DONE && window < probe.base_window) {
+            return Action::Nothing;
+        }
+        let Some(mut probe) = self.probe.take() else { return Action::Nothing };
+        let rate = completed as f64 / window.as_secs_f64();
+        let gain = 1.0 + GAIN_SHARE * probe.step as f64 / probe.before.max(1) as f64;
+        self.changed_at = Some(o.now);
+        match probe.trial_rate {
+            None if completed > 0 && rate >= probe.base_rate * gain => {
+                // B looks good: take the threads back and measure A'.
+                probe.trial_rate = Some(rate);
+                probe.t0 = o.now;
+                probe.done0 = o.done;
+                let step = probe.step;
+                self.probe = Some(probe);
+                Action::Retire(step)
+            }
+            Some(trial) if trial >= rate * gain => {
+                self.next_step = probe.before + probe.step;
+                self.unproven = 0;
+                self.backoff = BACKOFF_FIRST;
+                self.retry_at = None;
+                self.inject(o, probe.step)
+            }
+            trial => {
+                self.next_step = 0;
+                self.retry_at = Some(o.now + self.intervals(self.backoff));
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                // In A' the probe's threads are already gone.
+                let step = if trial.is_none() { probe.step } else { 0 };
+                match step + std::mem::take(&mut self.unproven) {
+                    0 => Action::Nothing,
+                    n => Action::Retire(n),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn params(hint: bool) -> Params {
+        Params { interval: 5 * MS, min: 2, max: 64, cores: 2.0, hint }
+    }
+
+    /// Drives a controller through a simulated pool: `rate(threads)` is the
+    /// pool's completions per ms with that many threads; `blocked_share` is
+    /// what the CPU clocks say. Returns the peak thread count, the average
+    /// over the run, and the threads injected.
+    fn simulate(
+        p: Params,
+        ms: u32,
+        rate: impl Fn(usize) -> f64,
+        blocked_share: impl Fn(usize) -> f64,
+    ) -> (usize, f64, u32) {
+        let mut c = Controller::new(p);
+        let t0 = Instant::now();
+        let (mut threads, mut peak, mut injected, mut sum) = (p.min, p.min, 0u32, 0usize);
+        let mut done = 0.0;
+        let ticks = ms / 5;
+        for i in 1..=ticks {
+            done += rate(threads) * 5.0;
+            let o = Observation {
+                now: t0 + p.interval * i,
+                pressure: true,
+                threads,
+                declared: 0,
+                waiting: 0,
+                done: done as u64,
+                estimate: p.hint.then(|| {
+                    let b = blocked_share(threads);
+                    Estimate { blocked_share: b, cores_per_worker: 1.0 - b }
+                }),
+            };
+            match c.tick(&o, || 1000) {
+                Action::Inject(n) => {
+                    threads += n;
+                    injected += n as u32;
+                }
+                Action::Retire(n) => threads = (threads - n).max(p.min),
+                Action::Nothing => {}
+            }
+            peak = peak.max(threads);
+            sum += threads;
+        }
+        (peak, sum as f64 / ticks as f64, injected)
+    }
+
+    #[test]
+    fn a_convoy_is_probed_and_given_back() {
+        // One lock holder computes, the rest wait: 0.5 completions/ms whatever the count.
+        for hint in [true, false] {
+            let (peak, average, _) = simulate(params(hint), 2000, |_| 0.5, |n| (n - 1) as f64 / n as f64);
+            assert!(peak <= 4, "hint {hint}: peak {peak}");
+            assert!(average < 2.5, "hint {hint}: average {average}");
+        }
+    }
+
+    #[test]
+    fn cpu_bound_work_never_grows_with_the_hint_and_is_given_back_without() {
+        let (peak, _, injected) = simulate(params(true), 2000, |_| 2.0, |_| 0.0);
+        assert_eq!((peak, injected), (2, 0));
+        let (peak, average, _) = simulate(params(false), 2000, |_| 2.0, |_| 0.0);
+        assert!(peak <= 4, "peak {peak}");
+        assert!(average < 2.5, "average {average}");
+    }
+
+    #[test]
+    fn blocked_work_grows_fast_with_the_hint_and_by_probes_without() {
+        // Tasks sleep 10 ms: throughput is linear in threads.
+        let (peak, _, _) = simulate(params(true), 40, |n| n as f64 / 10.0, |_| 1.0);
+        assert!(peak >= 16, "doubling per tick: {peak}");
+        let (peak, _, _) = simulate(params(false), 1000, |n| n as f64 / 10.0, |_| 1.0);
+        assert!(peak >= 16, "probes succeed: {peak}");
+    }
+
+    #[test]
+    fn a_stall_adds_one_thread_per_stall_window() {
+        let (peak, _, injected) = simulate(params(false), 5 * (STALL * 3 + 1), |_| 0.0, |_| 1.0);
+        assert_eq!((peak, injected), (5, 3));
+    }
+
+    #[test]
+    fn the_cpu_guard_and_busy_workers_stop_the_fast_path() {
+        let mut c = Controller::new(params(true));
+        let t0 = Instant::now();
+        let o = |i: u32, e: Estimate| Observation {
+            now: t0 + 5 * MS * i,
+            pressure: true,
+            threads: 4,
+            declared: 0,
+            waiting: 0,
+            done: 0,
+            estimate: Some(e),
+        };
+        let spinning = Estimate { blocked_share: 1.0, cores_per_worker: 0.5 };
+        assert_eq!(c.tick(&o(1, spinning), || 9), Action::Nothing);
+        assert_eq!(c.tick(&o(2, spinning), || 9), Action::Nothing, "4 × 0.5 cores use both cores");
+        let sleeping = Estimate { blocked_share: 1.0, cores_per_worker: 0.0 };
+        assert_eq!(c.tick(&o(3, sleeping), || 9), Action::Inject(4));
+        let mut c = Controller::new(params(true));
+        let counted = |i: u32| Observation { declared: 3, waiting: 1, ..o(i, sleeping) };
+        c.tick(&counted(1), || 9);
+        assert_eq!(c.tick(&counted(2), || 9), Action::Nothing, "declared and waiting threads are not the monitor's");
+        let mut c = Controller::new(params(true));
+        let waiter = |i: u32| Observation { waiting: 2, ..o(i, spinning) };
+        c.tick(&waiter(1), || 9);
+        assert_eq!(c.tick(&waiter(2), || 9), Action::Nothing, "2 waiters + 2 blocked is min_threads busy");
+        let mut c = Controller::new(params(true));
+        let busy = Estimate { blocked_share: 0.5, cores_per_worker: 0.1 };
+        c.tick(&o(1, busy), || 9);
+        assert_eq!(c.tick(&o(2, busy), || 9), Action::Nothing, "2 of 4 busy is min_threads");
+    }
+}
