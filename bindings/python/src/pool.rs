@@ -218,8 +218,8 @@ impl Core {
             .keep_alive(keep_alive)
             // Python code runs behind the GIL: one core at most. With this
             // cap the starvation monitor stops adding threads once the
-            // process keeps a core busy, so threads queued on the GIL do
-            // not read as starvation.
+            // pool's workers keep a core busy, so threads queued on the GIL
+            // do not read as starvation.
             .cpu_parallelism(1)
             .on_thread_start(move |_| WORKER_OF.set(id))
             .on_thread_stop(|_| release_thread_state());
