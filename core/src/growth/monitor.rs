@@ -182,6 +182,7 @@ fn monitor_loop(weak: Weak<Registry>, params: Params) {
     let mut sampler = Sampler::new(slots);
     // Something is known about the current busy phase.
     let mut active = false;
+    let mut at_max = false;
     loop {
         let Some(registry) = weak.upgrade() else { return };
         let pool_idle = || {
@@ -191,8 +192,19 @@ fn monitor_loop(weak: Weak<Registry>, params: Params) {
         // A draining pool is still watched: its queued work must finish
         // (stopped by `wait_for_exit` once every worker is gone, or by a
         // cancelling shutdown).
-        if !registry.monitor.pause(interval, pool_idle) || registry.state() == CANCELLING {
+        // At max_threads there is nothing to add until a thread leaves:
+        // look ten times less often (a pool can sit at max for long).
+        let wait = if at_max { interval * 10 } else { interval };
+        if !registry.monitor.pause(wait, pool_idle) || registry.state() == CANCELLING {
             return;
+        }
+        // At max_threads nothing can be added: skip before anything that
+        // costs in proportion to the pool's size (the queue scan below
+        // reads two deques per worker).
+        let threads = registry.live_threads();
+        at_max = threads >= registry.config.max_threads && !controller.probing();
+        if at_max {
+            continue;
         }
         if !registry.has_visible_work() {
             if active {
@@ -202,10 +214,6 @@ fn monitor_loop(weak: Weak<Registry>, params: Params) {
                 sampler.reset();
                 registry.monitor.cancel_retirements();
             }
-            continue;
-        }
-        let threads = registry.live_threads();
-        if threads >= registry.config.max_threads && !controller.probing() {
             continue;
         }
         let (searching, sleeping) = registry.sleep.counts();
