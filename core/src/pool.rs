@@ -20,8 +20,8 @@ use crate::task::TaskHandle;
 pub enum Shutdown {
     /// Run everything already queued (and what it spawns), then stop.
     Drain,
-    /// Drop everything not yet started (each task's cancel path runs), let
-    /// running tasks finish, then stop.
+    /// Drop everything no worker has taken yet (each task's cancel path
+    /// runs), let running tasks finish, then stop.
     Cancel,
 }
 

@@ -241,16 +241,11 @@ impl Registry {
         self.queued.load(SeqCst).saturating_sub(self.idle_or_starting()) < self.config.queue_capacity
     }
 
-    /// Threads about to take a task: searching, spinning, parked idle, or
-    /// starting.
+    /// Threads with nothing to do, about to take a task: starting (their
+    /// start hook may still run), searching, spinning or parked idle.
     fn idle_or_starting(&self) -> usize {
-        self.idle_threads() + self.starting.load(SeqCst)
-    }
-
-    /// Threads with nothing to do: searching, spinning or parked idle.
-    fn idle_threads(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
-        searching + sleeping + self.spinning.load(SeqCst)
+        searching + sleeping + self.spinning.load(SeqCst) + self.starting.load(SeqCst)
     }
 
     /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
@@ -485,7 +480,7 @@ impl Registry {
             .unwrap_or(0);
         let threads = self.live_threads();
         st.threads = threads as u32;
-        st.idle_threads = self.idle_threads().min(threads) as u32;
+        st.idle_threads = self.idle_or_starting().min(threads) as u32;
         st.blocked_threads = (self.compensation.blocked() + self.compensation.waiting()) as u32;
         st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
         st.rejected = self.counters.rejected.sum();

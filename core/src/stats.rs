@@ -21,7 +21,8 @@ use crate::sync::lock;
 pub struct Stats {
     /// Live worker threads.
     pub threads: u32,
-    /// Threads with nothing to do (parked, searching or spinning).
+    /// Threads with nothing to do: parked, searching, spinning, or started
+    /// and not yet looking for work.
     pub idle_threads: u32,
     /// Threads inside a blocking region (or parked in a wait with nothing to help).
     pub blocked_threads: u32,

@@ -172,6 +172,10 @@ impl WorkerThread {
         registry.starting.fetch_sub(1, SeqCst);
         let mut searching = true;
         loop {
+            if registry.state() == CANCELLING {
+                self.cancel_own_deque();
+                break;
+            }
             if let Some(job) = self.find_task(searching) {
                 if searching {
                     searching = false;
@@ -188,10 +192,6 @@ impl WorkerThread {
                 // A submission admitted before the queue closed is still on
                 // its way: it must be run, so wait for it.
                 DRAINING if !registry.has_visible_work() => std::thread::yield_now(),
-                CANCELLING => {
-                    self.cancel_own_deque();
-                    break;
-                }
                 _ => {}
             }
             if !searching && registry.sleep.try_start_searching(registry.live_threads()) {
@@ -303,7 +303,12 @@ impl WorkerThread {
     pub(crate) fn execute(&self, job: JobRef) {
         let registry = &*self.registry;
         registry.on_dequeue();
-        if registry.state() == CANCELLING {
+        // A job a worker took for itself before a cancelling shutdown began
+        // runs, as in a thread pool whose worker already dequeued it; after
+        // that the main loop takes no more (it checks first thing). Jobs
+        // met while helping are cancelled here instead: the waiter is
+        // waiting for them to finish one way or the other.
+        if self.region.get() != 0 && registry.state() == CANCELLING {
             registry.cancel_job(job);
             return;
         }
