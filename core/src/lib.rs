@@ -28,12 +28,14 @@
 //! `serial`/`join` (the ways to submit), `stats`, `config`, `error`.
 
 mod config;
+mod cq;
 mod error;
 mod group;
 mod growth;
 mod job;
 mod join;
 mod latch;
+mod metrics;
 mod pool;
 mod registry;
 mod scope;
@@ -44,6 +46,10 @@ mod sync;
 mod task;
 mod worker;
 
+pub use cq::{
+    CloseMode, CompletionQueue, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError,
+    DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET,
+};
 pub use config::{
     Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
 };

@@ -1,0 +1,1 @@
+//! OpenMetrics text export (filled below).
