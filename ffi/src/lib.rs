@@ -10,7 +10,10 @@
 // from this library and are used before their release; see the header's preamble.
 #![allow(clippy::missing_safety_doc)]
 
+mod cq;
 mod support;
+
+pub use cq::*;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{ManuallyDrop, offset_of, size_of};
