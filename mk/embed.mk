@@ -45,5 +45,40 @@ test-embed-c: c-lib $(EMBED_TBIN)/test_cq $(EMBED_TBIN)/test_cq_asan
 	$(EMBED_TBIN)/test_cq
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(EMBED_TBIN)/test_cq_asan
 
-test-embed: test-embed-c
+test-embed: test-embed-c test-embed-http
 	@echo "test-embed: all suites passed"
+
+EMBED_SERVERS := http_libuv http_libevent
+EMBED_LIBS_http_libuv := -luv
+EMBED_LIBS_http_libevent := -levent
+EMBED_HDRS := examples-c/http_common.h $(C_HEADER)
+EMBED_VENV := target/embed/venv
+EMBED_PY := $(EMBED_VENV)/bin/python
+# The OpenMetrics parser the tests validate /metrics with.
+EMBED_PROM := prometheus_client==0.21.1
+
+$(EMBED_BIN)/http_%: examples-c/http_%.c $(EMBED_HDRS) c-build embed-deps
+	@mkdir -p $(EMBED_BIN)
+	$(EMBED_CC) $(EMBED_CFLAGS) -O2 $< -o $@ $(EMBED_LIB) $(EMBED_LIBS_http_$*)
+
+$(EMBED_BIN)/http_%_asan: examples-c/http_%.c $(EMBED_HDRS) c-build embed-deps
+	@mkdir -p $(EMBED_BIN)
+	$(EMBED_CC) $(EMBED_CFLAGS) $(EMBED_ASAN) $< -o $@ $(EMBED_LIB) $(EMBED_LIBS_http_$*)
+
+embed: c-lib $(foreach s,$(EMBED_SERVERS),$(EMBED_BIN)/$(s) $(EMBED_BIN)/$(s)_asan)
+
+$(EMBED_PY):
+	@echo "test-embed: creating $(EMBED_VENV) with $(EMBED_PROM) (pip)"
+	$(PYTHON) -m venv $(EMBED_VENV)
+	$(EMBED_VENV)/bin/pip install -q $(EMBED_PROM)
+
+# Each server plain (-O2) and under ASan+UBSan+LSan; a sanitizer report, or a
+# done count that differs from the accepted requests, makes it exit non-zero,
+# and every test asserts exit 0.
+test-embed-http: embed $(EMBED_PY)
+	@rc=0; for s in $(EMBED_SERVERS); do \
+	  echo "== $$s (plain)"; $(EMBED_PY) tests/embed/test_http.py --server $(EMBED_BIN)/$$s || rc=1; \
+	  echo "== $$s (ASan+UBSan+LSan)"; \
+	  ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    $(EMBED_PY) tests/embed/test_http.py --server $(EMBED_BIN)/$${s}_asan || rc=1; \
+	done; exit $$rc
