@@ -82,3 +82,11 @@ test-embed-http: embed $(EMBED_PY)
 	  ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    $(EMBED_PY) tests/embed/test_http.py --server $(EMBED_BIN)/$${s}_asan || rc=1; \
 	done; exit $$rc
+
+$(EMBED_TBIN)/httpload: tests/embed/httpload.c
+	@mkdir -p $(EMBED_TBIN)
+	$(EMBED_CC) -std=gnu11 -O2 -Wall -Wextra -Werror $< -o $@
+
+# Medians of 3 rounds; the figures in docs/embedding.md come from this.
+bench-embed: embed $(EMBED_TBIN)/httpload
+	$(PYTHON) tests/embed/bench.py --bin $(EMBED_BIN) --load $(EMBED_TBIN)/httpload --rounds 3 --seconds 3
