@@ -145,7 +145,7 @@ int main(int argc, char **argv)
     printf("listening on %d\n", ntohs(((struct sockaddr_in *)&ss)->sin_port));
     fflush(stdout);
     event_base_dispatch(base);
-    event_free(cqev);
+    event_free(cqev); /* glue */
     event_free(sigint);
     event_free(sigterm);
     evhttp_free(http);

@@ -294,7 +294,7 @@ static void on_stop(uv_signal_t *s, int signum)
     if (cq) {
         wspool_cq_close(cq, WSPOOL_CQ_CLOSE_CANCEL, -1); /* glue: every pending done runs, now */
         cq = NULL;
-        uv_close((uv_handle_t *)&cq_poll, NULL);
+        uv_close((uv_handle_t *)&cq_poll, NULL); /* glue */
     }
     uv_close((uv_handle_t *)&listener, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
