@@ -46,12 +46,12 @@ mod sync;
 mod task;
 mod worker;
 
+pub use config::{
+    Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
+};
 pub use cq::{
     CloseMode, CompletionQueue, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError,
     DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET,
-};
-pub use config::{
-    Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
 };
 pub use error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;

@@ -11,7 +11,9 @@ use std::time::Duration;
 use wspool_core::{CloseMode, CompletionQueue, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus};
 
 use crate::support::{self, CFn, Res, SendPtr, einval, fail, guard, tsan};
-use crate::{WSPOOL_EINVAL, WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN, WSPOOL_OK, check_fork, func, pool_of, timed_out, wspool};
+use crate::{
+    WSPOOL_EINVAL, WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN, WSPOOL_OK, check_fork, func, pool_of, timed_out, wspool,
+};
 
 /// Completion status: the work function ran.
 pub const WSPOOL_CQ_RAN: c_int = 0;
@@ -154,7 +156,11 @@ pub unsafe extern "C" fn wspool_cq_opts_init_sized(opts: *mut wspool_cq_opts, si
 /// Free it with `wspool_cq_close`, before or after the pool's shutdown: a shutdown completes every
 /// accepted submission (DRAIN: they run; CANCEL: `done` gets `WSPOOL_CQ_CANCELLED`).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wspool_cq_create(pool: *mut wspool, opts: *const wspool_cq_opts, out: *mut *mut wspool_cq) -> c_int {
+pub unsafe extern "C" fn wspool_cq_create(
+    pool: *mut wspool,
+    opts: *const wspool_cq_opts,
+    out: *mut *mut wspool_cq,
+) -> c_int {
     guard("wspool_cq_create", || {
         if out.is_null() {
             return einval("out is NULL");

@@ -45,8 +45,8 @@ use crate::error::{ShutdownTimedOut, SubmitErrorKind};
 use crate::pool::Pool;
 use crate::sync::lock;
 
-pub use codel::{DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET};
 use codel::Codel;
+pub use codel::{DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET};
 use wake::Wake;
 
 /// How a submission ended.
@@ -411,9 +411,9 @@ impl<T: Send + 'static> CompletionQueue<T> {
             inner.pending.fetch_sub(1, AcqRel);
             return Err(CqSubmitError { kind: CqRefusal::Full, item });
         }
-        let mut node = lock(&inner.free).pop().unwrap_or_else(|| {
-            Box::new(Node { item: None, status: CqStatus::Ran, submitted_ns: 0 })
-        });
+        let mut node = lock(&inner.free)
+            .pop()
+            .unwrap_or_else(|| Box::new(Node { item: None, status: CqStatus::Ran, submitted_ns: 0 }));
         node.item = Some(item);
         node.submitted_ns = inner.now_ns();
         inner.queued.fetch_add(1, AcqRel);

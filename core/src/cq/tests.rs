@@ -108,12 +108,20 @@ fn a_wake_callback_runs_per_batch_and_after_a_bounded_drain() {
     let p = Pool::builder().min_threads(1).max_threads(1).growth(crate::Growth::Fixed).build().unwrap();
     let wakes = Arc::new(AtomicUsize::new(0));
     let w = wakes.clone();
-    let opts = CqOptions { wake: Some(Box::new(move || { w.fetch_add(1, SeqCst); })), ..CqOptions::default() };
+    let opts = CqOptions {
+        wake: Some(Box::new(move || {
+            w.fetch_add(1, SeqCst);
+        })),
+        ..CqOptions::default()
+    };
     let cq = CompletionQueue::new(&p, opts).unwrap();
     assert_eq!(cq.fd(), None);
     let gate = Arc::new(Barrier::new(2));
     let g = gate.clone();
-    cq.submit(0, move |_| drop(g.wait())).unwrap();
+    cq.submit(0, move |_| {
+        g.wait();
+    })
+    .unwrap();
     for i in 1..20 {
         cq.submit(i, |_| {}).unwrap();
     }
@@ -160,7 +168,10 @@ fn a_cancel_shutdown_completes_queued_work_as_cancelled_exactly_once() {
     }
     for i in 1..200usize {
         let r = ran.clone();
-        cq.submit(i, move |_| { r.fetch_add(1, SeqCst); }).unwrap();
+        cq.submit(i, move |_| {
+            r.fetch_add(1, SeqCst);
+        })
+        .unwrap();
     }
     let p2 = p.clone();
     let shut = std::thread::spawn(move || p2.shutdown(Shutdown::Cancel, None));
@@ -207,7 +218,10 @@ fn close_cancel_skips_unstarted_work_and_waits_for_every_completion() {
     }
     for i in 1..50usize {
         let r = ran.clone();
-        cq.submit(i, move |_| { r.fetch_add(1, SeqCst); }).unwrap();
+        cq.submit(i, move |_| {
+            r.fetch_add(1, SeqCst);
+        })
+        .unwrap();
     }
     let opener = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
@@ -234,7 +248,10 @@ fn close_drain_runs_everything_and_times_out_on_a_stuck_task() {
     let cq = CompletionQueue::new(&p, CqOptions::default()).unwrap();
     let gate = Arc::new(Barrier::new(2));
     let g = gate.clone();
-    cq.submit(0usize, move |_| drop(g.wait())).unwrap();
+    cq.submit(0usize, move |_| {
+        g.wait();
+    })
+    .unwrap();
     for i in 1..20usize {
         cq.submit(i, |_| {}).unwrap();
     }

@@ -8,7 +8,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 pub(crate) enum Wake {
     #[cfg(unix)]
-    Fd { read: libc::c_int, write: libc::c_int },
+    Fd {
+        read: libc::c_int,
+        write: libc::c_int,
+    },
     Callback(Box<dyn Fn() + Send + Sync>),
 }
 
