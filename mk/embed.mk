@@ -3,7 +3,8 @@
 #   make embed          examples-c/bin/{http_libuv,http_libevent} (+ _asan builds)
 #   make test-embed     C completion-queue suite (plain, ASan+UBSan+LSan), then both HTTP
 #                       servers driven by curl / ab / wrk (plain and ASan servers)
-#   make bench-embed    HTTP mix, CPU per request and overload figures (medians of 3 rounds)
+#   make bench-embed    HTTP mix, CPU per request, overload, and asyncio `await pool.run`
+#                       vs run_in_executor figures (medians of 3 rounds)
 #
 # The HTTP examples need libuv and libevent headers and the clients come from
 # Debian packages: when missing, the targets install them with apt-get (as
@@ -88,5 +89,6 @@ $(EMBED_TBIN)/httpload: tests/embed/httpload.c
 	$(EMBED_CC) -std=gnu11 -O2 -Wall -Wextra -Werror $< -o $@
 
 # Medians of 3 rounds; the figures in docs/embedding.md come from this.
-bench-embed: embed $(EMBED_TBIN)/httpload
+bench-embed: embed $(EMBED_TBIN)/httpload python-install
 	$(PYTHON) tests/embed/bench.py --bin $(EMBED_BIN) --load $(EMBED_TBIN)/httpload --rounds 3 --seconds 3
+	$(PY) tests/embed/bench_asyncio.py --rounds 3

@@ -27,6 +27,8 @@
 //! Rust parts are leaked rather than dropped (dropping would join threads
 //! that do not exist in the child).
 
+mod cq;
+
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
@@ -1400,6 +1402,7 @@ fn _wspool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MapIter>()?;
     m.add_class::<Stats>()?;
     m.add_class::<Blocking>()?;
+    m.add_class::<cq::Completions>()?;
     m.add_function(wrap_pyfunction!(current_index, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_child, m)?)?;
     m.add_function(wrap_pyfunction!(_atexit, m)?)?;

@@ -20,6 +20,7 @@ does; ``pool.group()`` and ``pool.serial()`` structure work; a bounded queue
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import threading
@@ -231,6 +232,10 @@ class Pool(Executor):
         if type(self).submit is Pool.submit:
             # The Rust method directly: no Python frame per submit.
             self.submit = self._core.submit  # type: ignore[method-assign,assignment]
+        # One completion queue per asyncio loop that awaits `run` (see `run`).
+        self._cqs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _wspool.Completions] = (
+            weakref.WeakKeyDictionary()
+        )
         _live_pools.add(self)
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
@@ -241,6 +246,25 @@ class Pool(Executor):
         initializer failed.
         """
         return cast("Future[_T]", self._core.submit(fn, *args, **kwargs))
+
+    async def run(self, fn: Callable[..., _T], /, *args: Any) -> _T:
+        """Awaits ``fn(*args)``, run on the pool, from a coroutine on the running asyncio loop.
+
+        Results reach the loop through one ``loop.add_reader`` on a completion
+        queue's file descriptor: one loop wake-up per batch of finished calls,
+        not one ``call_soon_threadsafe`` per call. Exceptions propagate; a pool
+        shutdown that cancels the call cancels the await. Cancelling the
+        awaiting task does not stop a call that already started.
+        """
+        loop = asyncio.get_running_loop()
+        cq = self._cqs.get(loop)
+        if cq is None:
+            cq = _wspool.Completions(self._core)
+            loop.add_reader(cq.fileno(), cq.drain)
+            self._cqs[loop] = cq
+        fut: asyncio.Future[_T] = loop.create_future()
+        cq.submit(fut, fn, args)
+        return await fut
 
     def map(
         self,

@@ -1,5 +1,6 @@
 """Type stubs for the Rust extension ``wspool._wspool`` (checked by ``mypy.stubtest``)."""
 
+import asyncio
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Callable, Iterable, final
@@ -13,6 +14,7 @@ __all__ = [
     "MapIter",
     "Stats",
     "blocking",
+    "Completions",
     "current_index",
     "_after_fork_child",
     "_atexit",
@@ -154,3 +156,14 @@ class blocking:
 def current_index() -> int | None: ...
 def _after_fork_child() -> None: ...
 def _atexit() -> None: ...
+
+@final
+class Completions:
+    """A completion queue for one asyncio loop; use ``wspool.Pool.run``."""
+
+    def __new__(cls, core: Core) -> Completions: ...
+    def fileno(self) -> int: ...
+    def submit(self, future: asyncio.Future[Any], fn_: Callable[..., Any], args: tuple[Any, ...]) -> None: ...
+    def drain(self) -> int: ...
+    def pending(self) -> int: ...
+    def close(self) -> None: ...
