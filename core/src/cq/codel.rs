@@ -1,7 +1,10 @@
 //! The overload signal: CoDel's control law reduced to a flag.
 //!
-//! Each submission's queue delay (submit to start) is observed when a pool
-//! thread starts it. The queue is *overloaded* once every delay observed
+//! Delays are observed twice: each submission's queue delay (submit to
+//! start) when a pool thread starts it, and, at each submission made while
+//! others still wait, the estimated age of the oldest waiting one (see
+//! `Inner::on_submit`), which sees a queue building a whole queue delay
+//! before a start could. The queue is *overloaded* once every delay observed
 //! for `interval` has been above `target` (a standing queue, not a burst),
 //! and recovers at the first delay below `target`, or when a start leaves
 //! nothing of this queue waiting (an empty queue has no standing delay).

@@ -208,6 +208,10 @@ struct Inner<T> {
     /// 0 open, 1 closed (drain), 2 closed (cancel).
     closed: std::sync::atomic::AtomicU8,
     above_high: std::sync::atomic::AtomicBool,
+    /// Submission time of the most recently started submission (ns).
+    head_mark: std::sync::atomic::AtomicU64,
+    /// When the not-started count last went from 0 to 1 (ns).
+    nonempty_since: std::sync::atomic::AtomicU64,
     epoch: Instant,
 }
 
@@ -253,9 +257,34 @@ impl<T> Inner<T> {
     /// Called on the pool thread when a submission starts.
     fn on_start(&self, submitted_ns: u64) {
         let left = self.queued.fetch_sub(1, AcqRel) - 1;
-        let Some(codel) = &self.codel else { return };
+        if self.codel.is_none() {
+            return;
+        }
+        self.head_mark.store(submitted_ns, Relaxed);
         let now = self.now_ns();
-        if let Some(overloaded) = codel.observe(now.saturating_sub(submitted_ns), now, left == 0) {
+        self.observe_delay(now.saturating_sub(submitted_ns), now, left == 0);
+    }
+
+    /// Called on the submitting thread: the age of the oldest submission not
+    /// yet started, estimated as the time since the newer of the last
+    /// started one's submission and the queue's last empty -> non-empty
+    /// transition (the head was submitted after both, so this errs high).
+    /// It sees a queue building a whole queue-delay before a start would.
+    fn on_submit(&self, now: u64, was_queued: usize) {
+        if self.codel.is_none() {
+            return;
+        }
+        if was_queued == 0 {
+            self.nonempty_since.store(now, Relaxed);
+            return;
+        }
+        let since = self.head_mark.load(Relaxed).max(self.nonempty_since.load(Relaxed));
+        self.observe_delay(now.saturating_sub(since), now, false);
+    }
+
+    fn observe_delay(&self, delay_ns: u64, now: u64, drained: bool) {
+        let Some(codel) = &self.codel else { return };
+        if let Some(overloaded) = codel.observe(delay_ns, now, drained) {
             // The state flip and its signal happen under the lock, so the
             // signals alternate in the order the flips happened.
             let call = {
@@ -379,6 +408,8 @@ impl<T: Send + 'static> CompletionQueue<T> {
                 codel: opts.overload_target.map(|t| Codel::new(t, opts.overload_interval)),
                 closed: std::sync::atomic::AtomicU8::new(OPEN),
                 above_high: std::sync::atomic::AtomicBool::new(false),
+                head_mark: std::sync::atomic::AtomicU64::new(0),
+                nonempty_since: std::sync::atomic::AtomicU64::new(0),
                 epoch: Instant::now(),
             }),
             cap: opts.cap,
@@ -416,8 +447,10 @@ impl<T: Send + 'static> CompletionQueue<T> {
             .pop()
             .unwrap_or_else(|| Box::new(Node { item: None, status: CqStatus::Ran, submitted_ns: 0 }));
         node.item = Some(item);
-        node.submitted_ns = inner.now_ns();
-        inner.queued.fetch_add(1, AcqRel);
+        let now = inner.now_ns();
+        node.submitted_ns = now;
+        let was_queued = inner.queued.fetch_add(1, AcqRel);
+        inner.on_submit(now, was_queued);
         let job = Job { inner: inner.clone(), node: Some(node) };
         let opts = crate::pool::SpawnOptions { global: self.global, group: None };
         match self.pool.spawn_with(opts, move || job.run(work)) {

@@ -1,10 +1,43 @@
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use super::*;
 use crate::pool::Shutdown;
+
+/// What a held task waits on. The test opens it; so does its drop, so a
+/// failing assertion releases the task instead of hanging the pool's drop.
+struct Gate(Arc<AtomicBool>);
+
+struct GateWaiter(Arc<AtomicBool>);
+
+impl Gate {
+    fn new() -> Gate {
+        Gate(Arc::new(AtomicBool::new(false)))
+    }
+    fn clone(&self) -> GateWaiter {
+        GateWaiter(self.0.clone())
+    }
+    fn open(&self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
+impl GateWaiter {
+    fn wait(&self) {
+        while !self.0.load(SeqCst) {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
 
 fn pool(n: usize) -> Pool {
     Pool::builder().min_threads(n).build().unwrap()
@@ -116,7 +149,7 @@ fn a_wake_callback_runs_per_batch_and_after_a_bounded_drain() {
     };
     let cq = CompletionQueue::new(&p, opts).unwrap();
     assert_eq!(cq.fd(), None);
-    let gate = Arc::new(Barrier::new(2));
+    let gate = Gate::new();
     let g = gate.clone();
     cq.submit(0, move |_| {
         g.wait();
@@ -125,7 +158,7 @@ fn a_wake_callback_runs_per_batch_and_after_a_bounded_drain() {
     for i in 1..20 {
         cq.submit(i, |_| {}).unwrap();
     }
-    gate.wait();
+    gate.open();
     let deadline = Instant::now() + Duration::from_secs(30);
     while lock(&cq.inner.ready).done.len() < 20 {
         assert!(Instant::now() < deadline);
@@ -151,7 +184,7 @@ fn a_panic_is_a_status_and_the_payload_comes_back() {
 fn a_cancel_shutdown_completes_queued_work_as_cancelled_exactly_once() {
     let p = Pool::builder().min_threads(1).max_threads(1).growth(crate::Growth::Fixed).build().unwrap();
     let cq = CompletionQueue::new(&p, CqOptions::default()).unwrap();
-    let gate = Arc::new(Barrier::new(2));
+    let gate = Gate::new();
     let g = gate.clone();
     let ran = Arc::new(AtomicUsize::new(0));
     let started = Arc::new(AtomicUsize::new(0));
@@ -180,7 +213,7 @@ fn a_cancel_shutdown_completes_queued_work_as_cancelled_exactly_once() {
         assert!(Instant::now() < deadline, "the shutdown did not begin");
         std::thread::sleep(Duration::from_millis(1));
     }
-    gate.wait();
+    gate.open();
     shut.join().unwrap().unwrap();
     let got = done(drain_all(&cq, 200));
     assert_eq!(got.len(), 200);
@@ -201,7 +234,7 @@ fn a_cancel_shutdown_completes_queued_work_as_cancelled_exactly_once() {
 fn close_cancel_skips_unstarted_work_and_waits_for_every_completion() {
     let p = Pool::builder().min_threads(1).max_threads(1).growth(crate::Growth::Fixed).build().unwrap();
     let cq = CompletionQueue::new(&p, CqOptions::default()).unwrap();
-    let gate = Arc::new(Barrier::new(2));
+    let gate = Gate::new();
     let g = gate.clone();
     let ran = Arc::new(AtomicUsize::new(0));
     let started = Arc::new(AtomicUsize::new(0));
@@ -225,7 +258,7 @@ fn close_cancel_skips_unstarted_work_and_waits_for_every_completion() {
     }
     let opener = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
-        gate.wait();
+        gate.open();
     });
     let mut seen = Vec::new();
     cq.close(CloseMode::Cancel, Some(Duration::from_secs(30)), |e| {
@@ -246,7 +279,7 @@ fn close_cancel_skips_unstarted_work_and_waits_for_every_completion() {
 fn close_drain_runs_everything_and_times_out_on_a_stuck_task() {
     let p = pool(2);
     let cq = CompletionQueue::new(&p, CqOptions::default()).unwrap();
-    let gate = Arc::new(Barrier::new(2));
+    let gate = Gate::new();
     let g = gate.clone();
     cq.submit(0usize, move |_| {
         g.wait();
@@ -259,7 +292,7 @@ fn close_drain_runs_everything_and_times_out_on_a_stuck_task() {
     let r = cq.close(CloseMode::Drain, Some(Duration::from_millis(50)), |_| n += 1);
     assert!(r.is_err(), "the gated task holds the close");
     assert_eq!(cq.pending(), 1);
-    gate.wait();
+    gate.open();
     cq.close(CloseMode::Drain, Some(Duration::from_secs(30)), |e| {
         assert!(matches!(e, CqEvent::Done(_, CqStatus::Ran)));
         n += 1
@@ -273,7 +306,7 @@ fn cap_refuses_and_watermarks_signal_in_order() {
     let p = pool(2);
     let opts = CqOptions { cap: 8, high_water: 6, low_water: 2, overload_target: None, ..CqOptions::default() };
     let cq = CompletionQueue::new(&p, opts).unwrap();
-    let gate = Arc::new(Barrier::new(2));
+    let gate = Gate::new();
     for i in 0..8usize {
         let g = gate.clone();
         cq.submit(i, move |_| {
@@ -285,7 +318,7 @@ fn cap_refuses_and_watermarks_signal_in_order() {
     }
     let e = cq.submit(99, |_| {}).unwrap_err();
     assert_eq!((e.kind, e.item), (CqRefusal::Full, 99));
-    gate.wait();
+    gate.open();
     let mut trace = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while trace.iter().filter(|t: &&String| t.starts_with('d')).count() < 8 {
@@ -370,4 +403,48 @@ fn submitting_from_done_and_from_many_threads_keeps_exactly_once() {
     }
     assert!(seen.iter().all(|&c| c <= 1));
     assert_eq!(seen.iter().map(|&c| c as usize).sum::<usize>(), 2100);
+}
+
+#[test]
+fn a_building_queue_trips_the_signal_before_anything_starts() {
+    // The only worker is held, so no start can report a delay: the signal
+    // must come from the submit side's estimate of the head's age.
+    let p = Pool::builder().min_threads(1).max_threads(1).growth(crate::Growth::Fixed).build().unwrap();
+    let opts = CqOptions {
+        overload_target: Some(Duration::from_millis(2)),
+        overload_interval: Duration::ZERO,
+        ..CqOptions::default()
+    };
+    let cq = CompletionQueue::new(&p, opts).unwrap();
+    let gate = Gate::new();
+    let started = Arc::new(AtomicUsize::new(0));
+    let (g, s0) = (gate.clone(), started.clone());
+    cq.submit(0usize, move |_| {
+        s0.store(1, SeqCst);
+        g.wait();
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while started.load(SeqCst) == 0 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    cq.submit(1, |_| {}).unwrap();
+    assert!(!cq.overloaded());
+    std::thread::sleep(Duration::from_millis(5));
+    cq.submit(2, |_| {}).unwrap();
+    assert!(cq.overloaded(), "the head has waited 5 ms > 2 ms: overloaded before any start");
+    gate.open();
+    let mut signals = Vec::new();
+    let mut got = 0;
+    while got < 3 {
+        assert!(Instant::now() < deadline);
+        got += cq.drain(usize::MAX, |e| {
+            if let CqEvent::Signal(s) = e {
+                signals.push(s)
+            }
+        });
+        wait_readable(&cq, Duration::from_millis(5));
+    }
+    assert_eq!(signals, vec![CqSignal::Overloaded, CqSignal::Recovered]);
 }
