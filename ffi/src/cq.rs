@@ -95,15 +95,14 @@ type Cq = CompletionQueue<CItem>;
 /// A completion queue bound to a pool (opaque). Free it with `wspool_cq_close`.
 pub struct wspool_cq {
     cq: Arc<Cq>,
-    pool_id: u64,
     on_signal: Option<(unsafe extern "C" fn(*mut c_void, c_int), SendPtr)>,
     fork_gen: u32,
 }
 
-/// Every live queue by pool id, for `wspool_overloaded(pool)`.
-static QUEUES: Mutex<Vec<(u64, Weak<Cq>)>> = Mutex::new(Vec::new());
+/// Every live queue by the address of its pool handle, for `wspool_overloaded(pool)`.
+static QUEUES: Mutex<Vec<(usize, Weak<Cq>)>> = Mutex::new(Vec::new());
 
-fn queues() -> std::sync::MutexGuard<'static, Vec<(u64, Weak<Cq>)>> {
+fn queues() -> std::sync::MutexGuard<'static, Vec<(usize, Weak<Cq>)>> {
     QUEUES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -201,10 +200,10 @@ pub unsafe extern "C" fn wspool_cq_create(
         };
         let mut q = queues();
         q.retain(|(_, w)| w.strong_count() > 0);
-        q.push((p.id, Arc::downgrade(&cq)));
+        q.push((pool as usize, Arc::downgrade(&cq)));
         drop(q);
         let on_signal = o.on_signal.map(|f| (f, SendPtr(o.signal_ctx)));
-        let h = wspool_cq { cq, pool_id: p.id, on_signal, fork_gen: support::fork_gen() };
+        let h = wspool_cq { cq, on_signal, fork_gen: support::fork_gen() };
         // SAFETY: checked non-null above.
         unsafe { *out = Box::into_raw(Box::new(h)) };
         Ok(WSPOOL_OK)
@@ -342,10 +341,12 @@ pub unsafe extern "C" fn wspool_cq_overloaded(cq: *const wspool_cq) -> c_int {
 /// 1 while any completion queue of `pool` is overloaded, else 0 (0 for NULL).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_overloaded(pool: *const wspool) -> c_int {
-    // SAFETY: NULL or a live pool (the contract).
-    let Some(p) = (unsafe { pool.as_ref() }) else { return 0 };
+    if pool.is_null() {
+        return 0;
+    }
+    let key = pool as usize;
     let q = queues();
-    q.iter().any(|(id, w)| *id == p.id && w.upgrade().is_some_and(|cq| cq.overloaded())) as c_int
+    q.iter().any(|(k, w)| *k == key && w.upgrade().is_some_and(|cq| cq.overloaded())) as c_int
 }
 
 /// Closes the queue: no new submissions; with `WSPOOL_CQ_CLOSE_DRAIN` the accepted ones run, with
@@ -366,8 +367,7 @@ pub unsafe extern "C" fn wspool_cq_close(cq: *mut wspool_cq, mode: c_int, timeou
         if c.cq.close(mode, t, deliver(c)).is_err() {
             return timed_out();
         }
-        let pool_id = c.pool_id;
-        queues().retain(|(id, w)| !(*id == pool_id && ptr::eq(w.as_ptr(), Arc::as_ptr(&c.cq))));
+        queues().retain(|(_, w)| !ptr::eq(w.as_ptr(), Arc::as_ptr(&c.cq)));
         // SAFETY: a live queue from wspool_cq_create, freed exactly once here.
         drop(unsafe { Box::from_raw(cq) });
         Ok(WSPOOL_OK)
