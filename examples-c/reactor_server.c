@@ -24,14 +24,18 @@
  *    clears it only after seeing the queue empty under the same lock
  *    (clear-then-recheck done atomically), so no line is ever stranded.
  *  - Writes never block: a worker sends inline when nothing is queued, else it
- *    appends to the connection's write queue and asks the loop for EPOLLOUT.
- *    A write queue past --write-cap (default 16 MiB) closes the connection.
+ *    appends to the connection's write queue; the loop arms EPOLLOUT when the
+ *    task completes. A write queue past --write-cap (default 16 MiB) closes
+ *    the connection.
  *  - Only the loop calls epoll_ctl and changes a connection's registration.
- *    Workers tell the loop about state changes through a notify list and an
- *    eventfd. An fd is closed only when the last reference (loop, task,
- *    notify entry) is dropped, so a worker can never write to a reused fd.
- *  - Lock order: conn->lock, then S.notify_lock. The loop never holds
- *    notify_lock while taking a connection lock.
+ *    Tasks go through a wspool completion queue (wspool_cq_*): each task's
+ *    done callback runs on the loop, exactly once (also when a shutdown
+ *    cancels the task), brings the connection's registration in line with
+ *    the state the task left, and drops the task's reference. An fd is
+ *    closed only when the last reference (loop, task) is dropped, so a
+ *    worker can never write to a reused fd.
+ *  - A task yields after TASK_BATCH_LIMIT batches; its done resubmits it
+ *    behind the other connections' tasks.
  *  - Idle timeout (--idle-timeout-ms) and SO_KEEPALIVE (60 s idle, 3 x 20 s
  *    probes by default) reclaim idle and half-open connections.
  *  - SIGINT/SIGTERM: stop accepting and reading, answer every line already
@@ -65,7 +69,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -320,11 +323,9 @@ typedef struct conn {
     bool want_close;       /* close once quiescent (EOF, oversize, shutdown) */
     bool dead;             /* fatal (write error, write cap): close now */
     bool closed;           /* unregistered by the loop: tasks drop their output */
-    bool out_armed;        /* the loop has EPOLLOUT on */
     bool read_paused;      /* inq too big: the loop stopped reading */
-    bool notify_pending;
+    bool yielded;          /* the task stopped at its batch limit: done resubmits it */
     enum close_reason reason;
-    struct conn *notify_next;
 
     /* owned by the one task in flight */
     buf work, out;
@@ -347,18 +348,16 @@ typedef struct bconn {
     struct bconn *prev, *next;
 } bconn;
 
-static char TAG_LISTEN, TAG_SIGNAL, TAG_NOTIFY; /* epoll_data.ptr markers */
+static char TAG_LISTEN, TAG_SIGNAL, TAG_CQ; /* epoll_data.ptr markers */
 
 static struct server {
     wspool *pool;
-    int epfd, lfd, sigfd, evfd, spare_fd;
+    wspool_cq *cq;
+    int epfd, lfd, sigfd, spare_fd;
     int port;
     atomic_bool shutting_down;
     int64_t grace_deadline;
     rlim_t nofile;
-
-    pthread_mutex_t notify_lock;
-    conn *notify_head;
 
     list active, linger;   /* loop-owned */
     conn *graveyard;       /* closed this epoll batch; the loop's reference is dropped after it */
@@ -371,7 +370,6 @@ static struct server {
     atomic_ullong accepted, closed, received, requests, open, refused_emfile, submit_failures;
     atomic_ullong closed_by[CR_COUNT];
 } S = {
-    .notify_lock = PTHREAD_MUTEX_INITIALIZER,
     .blk_lock = PTHREAD_MUTEX_INITIALIZER,
     .lfd = -1,
     .spare_fd = -1,
@@ -518,25 +516,6 @@ static void conn_touch(conn *c, int64_t now)
     }
 }
 
-/* Called with c->lock held, from any thread: ask the loop to look at c. */
-static void notify_loop_locked(conn *c)
-{
-    if (c->notify_pending)
-        return;
-    c->notify_pending = true;
-    conn_ref(c);
-    pthread_mutex_lock(&S.notify_lock);
-    bool was_empty = S.notify_head == NULL;
-    c->notify_next = S.notify_head;
-    S.notify_head = c;
-    pthread_mutex_unlock(&S.notify_lock);
-    if (was_empty) {
-        uint64_t one = 1;
-        ssize_t r = write(S.evfd, &one, sizeof one);
-        (void)r; /* EAGAIN means the counter is already nonzero: the loop wakes anyway */
-    }
-}
-
 /* Loop only: unregister and drop the loop's reference. */
 static void conn_close(conn *c, enum close_reason r)
 {
@@ -628,7 +607,6 @@ static void conn_reconcile(conn *c, int64_t now)
         mask |= EPOLLIN;
     if (wq_pending)
         mask |= EPOLLOUT;
-    c->out_armed = wq_pending;
     conn_set_mask(c, mask);
     pthread_mutex_unlock(&c->lock);
 }
@@ -637,30 +615,44 @@ static void conn_reconcile(conn *c, int64_t now)
 
 static void conn_task(void *arg);
 
-/* on_cancel: the pool dropped the task unrun (only a CANCEL shutdown does
- * that here). Its lines cannot be answered: close the connection. If the
- * loop has already stopped, main() drains the notify list after destroy. */
-static void conn_task_cancelled(void *arg)
+static int conn_submit(conn *c);
+
+/* The task's done callback, on the loop, exactly once per submitted task:
+ * after it ran, or when a shutdown cancelled it unrun (its lines cannot be
+ * answered: the connection closes). */
+static void conn_task_done(void *arg, int status)
 {
     conn *c = arg;
+    bool resubmit = false;
     pthread_mutex_lock(&c->lock);
-    c->in_flight = false;
-    c->dead = true;
-    c->reason = CR_SHUTDOWN;
-    notify_loop_locked(c);
+    if (status != WSPOOL_CQ_RAN) {
+        c->in_flight = false;
+        c->dead = true;
+        c->reason = CR_SHUTDOWN;
+    } else if (c->yielded) {
+        c->yielded = false;
+        resubmit = !c->closed && !c->dead;
+        if (!resubmit)
+            c->in_flight = false;
+    }
     pthread_mutex_unlock(&c->lock);
+    if (resubmit && conn_submit(c) != WSPOOL_OK) {
+        atomic_fetch_add(&S.submit_failures, 1);
+        pthread_mutex_lock(&c->lock);
+        c->in_flight = false;
+        c->dead = true;
+        c->reason = CR_ERROR;
+        pthread_mutex_unlock(&c->lock);
+    }
+    conn_reconcile(c, now_ms());
     conn_unref(c);
 }
 
-/* Queues c's task; the task owns one reference. */
-static int conn_submit(conn *c, uint32_t flags)
+/* Queues c's task; the task owns one reference until its done has run. */
+static int conn_submit(conn *c)
 {
     conn_ref(c);
-    wspool_submit_opts o;
-    wspool_submit_opts_init(&o);
-    o.flags = flags;
-    o.on_cancel = conn_task_cancelled;
-    int rc = wspool_submit_ex(S.pool, conn_task, c, &o, NULL);
+    int rc = wspool_cq_submit(S.cq, conn_task, conn_task_done, c);
     if (rc != WSPOOL_OK)
         conn_unref(c);
     return rc;
@@ -701,10 +693,8 @@ static void conn_write(conn *c, const char *p, size_t n)
     size_t sent = 0;
     if (pending == 0) {
         sent = send_now(c, p, n);
-        if (c->dead) {
-            notify_loop_locked(c);
+        if (c->dead)
             goto out;
-        }
         if (sent == n)
             goto out;
         c->wq.len = c->wq_off = 0;
@@ -717,7 +707,6 @@ static void conn_write(conn *c, const char *p, size_t n)
         c->reason = CR_WRITE_CAP;
         buf_free(&c->wq);
         c->wq_off = 0;
-        notify_loop_locked(c);
         goto out;
     }
     if (c->wq_off > 0 && c->wq_off >= c->wq.len / 2) {
@@ -728,11 +717,7 @@ static void conn_write(conn *c, const char *p, size_t n)
     if (!buf_append(&c->wq, p + sent, rest)) {
         c->dead = true;
         c->reason = CR_ERROR;
-        notify_loop_locked(c);
-        goto out;
     }
-    if (!c->out_armed)
-        notify_loop_locked(c);
 out:
     pthread_mutex_unlock(&c->lock);
 }
@@ -765,7 +750,6 @@ static void conn_run_lines(conn *c, const char *p, size_t n)
             pthread_mutex_lock(&c->lock);
             c->dead = true;
             c->reason = CR_ERROR;
-            notify_loop_locked(c);
             pthread_mutex_unlock(&c->lock);
             c->out.len = 0;
             break;
@@ -803,37 +787,28 @@ static void conn_task(void *arg)
              * flag still set (and we saw its lines) or sees it clear and
              * submits a new task. */
             c->in_flight = false;
-            if (c->want_close || c->read_paused)
-                notify_loop_locked(c);
             pthread_mutex_unlock(&c->lock);
             break;
         }
         if (batch >= TASK_BATCH_LIMIT) {
             /* A connection with a steady stream yields its worker now and
-             * then: requeue globally, behind the other connections. */
+             * then: in_flight stays set and the done callback requeues the
+             * task, behind the other connections. */
+            c->yielded = true;
             pthread_mutex_unlock(&c->lock);
-            if (conn_submit(c, WSPOOL_SUBMIT_GLOBAL) == WSPOOL_OK) {
-                conn_unref(c);
-                return;
-            }
-            batch = 0;
-            continue;
+            break;
         }
         buf taken = c->inq;
         c->inq = c->work; /* an empty buffer whose memory we reuse */
         c->inq.len = 0;
         c->work = taken;
-        if (c->read_paused) {
-            c->read_paused = false;
-            notify_loop_locked(c);
-        }
+        c->read_paused = false; /* the loop resumes reading at done */
         pthread_mutex_unlock(&c->lock);
         conn_run_lines(c, c->work.p, c->work.len);
         c->work.len = 0;
         if (c->work.cap > (1u << 20))
             buf_free(&c->work);
     }
-    conn_unref(c);
 }
 
 /* ---- the loop side */
@@ -865,7 +840,7 @@ static void conn_deliver(conn *c, const char *pre, size_t pren, const char *p, s
         }
     }
     pthread_mutex_unlock(&c->lock);
-    if (submit && conn_submit(c, 0) != WSPOOL_OK) {
+    if (submit && conn_submit(c) != WSPOOL_OK) {
         atomic_fetch_add(&S.submit_failures, 1);
         pthread_mutex_lock(&c->lock);
         c->in_flight = false;
@@ -1062,26 +1037,6 @@ static void accept_reactor(int64_t now)
     }
 }
 
-static void drain_notifications(int64_t now)
-{
-    uint64_t v;
-    ssize_t r = read(S.evfd, &v, sizeof v);
-    (void)r;
-    pthread_mutex_lock(&S.notify_lock);
-    conn *c = S.notify_head;
-    S.notify_head = NULL;
-    pthread_mutex_unlock(&S.notify_lock);
-    while (c) {
-        conn *next = c->notify_next;
-        pthread_mutex_lock(&c->lock);
-        c->notify_pending = false;
-        pthread_mutex_unlock(&c->lock);
-        conn_reconcile(c, now);
-        conn_unref(c);
-        c = next;
-    }
-}
-
 static void begin_shutdown(int64_t now)
 {
     if (atomic_exchange(&S.shutting_down, true))
@@ -1199,8 +1154,8 @@ static void run_reactor(void)
                 begin_shutdown(now);
                 continue;
             }
-            if (tag == &TAG_NOTIFY) {
-                drain_notifications(now);
+            if (tag == &TAG_CQ) {
+                wspool_cq_drain(S.cq, 0); /* runs conn_task_done for every finished task */
                 continue;
             }
             conn *c = tag;
@@ -1607,16 +1562,24 @@ int main(int argc, char **argv)
 
     setup_listener();
     S.epfd = epoll_create1(EPOLL_CLOEXEC);
-    S.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (S.epfd < 0 || S.evfd < 0)
-        die("epoll/eventfd: %s", strerror(errno));
+    if (S.epfd < 0)
+        die("epoll_create1: %s", strerror(errno));
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &TAG_LISTEN};
     epoll_ctl(S.epfd, EPOLL_CTL_ADD, S.lfd, &ev);
     ev.data.ptr = &TAG_SIGNAL;
     epoll_ctl(S.epfd, EPOLL_CTL_ADD, S.sigfd, &ev);
-    ev.data.ptr = &TAG_NOTIFY;
-    epoll_ctl(S.epfd, EPOLL_CTL_ADD, S.evfd, &ev);
+    if (O.mode == MODE_REACTOR) {
+        /* Overload shedding is the HTTP examples' business; this protocol has no "busy" answer. */
+        wspool_cq_opts co;
+        wspool_cq_opts_init(&co);
+        co.overload_target_us = 0;
+        rc = wspool_cq_create(S.pool, &co, &S.cq);
+        if (rc != WSPOOL_OK)
+            die("wspool_cq_create: %s (%s)", wspool_strerror(rc), wspool_last_error());
+        ev.data.ptr = &TAG_CQ;
+        epoll_ctl(S.epfd, EPOLL_CTL_ADD, wspool_cq_fd(S.cq), &ev);
+    }
 
     wspool_stats st;
     memset(&st, 0, sizeof st);
@@ -1637,6 +1600,13 @@ int main(int argc, char **argv)
     int64_t left = S.grace_deadline - now_ms();
     if (left < 100)
         left = 100;
+    if (S.cq) {
+        /* The done callbacks of tasks still out run here; their connections
+         * are closed already, so each only drops its reference. */
+        if (wspool_cq_close(S.cq, WSPOOL_CQ_CLOSE_DRAIN, left) == WSPOOL_ETIMEDOUT)
+            wspool_cq_close(S.cq, WSPOOL_CQ_CLOSE_CANCEL, -1);
+        S.cq = NULL;
+    }
     rc = wspool_shutdown(S.pool, WSPOOL_SHUTDOWN_DRAIN, left);
     if (rc == WSPOOL_ETIMEDOUT)
         rc = wspool_shutdown(S.pool, WSPOOL_SHUTDOWN_CANCEL, 1000);
@@ -1646,17 +1616,6 @@ int main(int argc, char **argv)
             (int)k, js);
     wspool_destroy(S.pool);
     S.pool = NULL;
-    /* References the loop never got to (notifications after it stopped). */
-    pthread_mutex_lock(&S.notify_lock);
-    conn *c = S.notify_head;
-    S.notify_head = NULL;
-    pthread_mutex_unlock(&S.notify_lock);
-    while (c) {
-        conn *next = c->notify_next;
-        conn_unref(c);
-        c = next;
-    }
-    close(S.evfd);
     close(S.sigfd);
     close(S.epfd);
     if (S.spare_fd >= 0)

@@ -198,9 +198,69 @@
 #define WSPOOL_STATS_MIN_SIZE 168
 
 /**
+ * Completion status: the work function ran.
+ */
+#define WSPOOL_CQ_RAN 0
+
+/**
+ * Completion status: the work never ran (pool shutdown CANCEL, DISCARD_OLDEST, or `wspool_cq_close` CANCEL).
+ */
+#define WSPOOL_CQ_CANCELLED 1
+
+/**
+ * Completion status: the work panicked (Rust or Python work only: a C function cannot).
+ */
+#define WSPOOL_CQ_PANICKED 2
+
+/**
+ * Signal: pending submissions reached `high_water`; stop taking new requests.
+ */
+#define WSPOOL_CQ_SIGNAL_HIGH_WATER 1
+
+/**
+ * Signal: pending submissions fell back to `low_water`; take requests again.
+ */
+#define WSPOOL_CQ_SIGNAL_LOW_WATER 2
+
+/**
+ * Signal: queue delay stayed above `overload_target_us` for `overload_interval_us`; shed load.
+ */
+#define WSPOOL_CQ_SIGNAL_OVERLOADED 3
+
+/**
+ * Signal: queue delay is below the target again, or the queue ran empty.
+ */
+#define WSPOOL_CQ_SIGNAL_RECOVERED 4
+
+/**
+ * Close: let every accepted submission run; each `done` gets `WSPOOL_CQ_RAN`.
+ */
+#define WSPOOL_CQ_CLOSE_DRAIN 0
+
+/**
+ * Close: submissions not yet started do not run; their `done` gets `WSPOOL_CQ_CANCELLED`.
+ */
+#define WSPOOL_CQ_CLOSE_CANCEL 1
+
+/**
+ * `wspool_cq_opts.flags`: submit through the pool's global queue even from a pool thread.
+ */
+#define WSPOOL_CQ_GLOBAL 1
+
+/**
+ * Size of the first published `wspool_cq_opts` layout: the smallest `struct_size` accepted.
+ */
+#define WSPOOL_CQ_OPTS_MIN_SIZE 64
+
+/**
  * A thread pool (opaque).
  */
 typedef struct wspool wspool;
+
+/**
+ * A completion queue bound to a pool (opaque). Free it with `wspool_cq_close`.
+ */
+typedef struct wspool_cq wspool_cq;
 
 /**
  * A group of tasks that can be waited for together (opaque).
@@ -429,6 +489,76 @@ typedef struct wspool_stats {
   uint64_t spawn_failures;
 } wspool_stats;
 
+/**
+ * Wakes the loop (e.g. `uv_async_send`); runs on a pool thread or the submitting/draining thread.
+ */
+typedef void (*wspool_cq_wake_fn)(void *ctx);
+
+/**
+ * Runs on the draining thread with `signal_ctx` and a `WSPOOL_CQ_SIGNAL_*` value.
+ */
+typedef void (*wspool_cq_signal_fn)(void *ctx, int signal);
+
+/**
+ * Completion-queue options. Fill with `wspool_cq_opts_init()`, then change fields.
+ */
+typedef struct wspool_cq_opts {
+  /**
+   * `sizeof(wspool_cq_opts)` as the caller compiled it (set by `wspool_cq_opts_init`).
+   */
+  size_t struct_size;
+  /**
+   * Most pending submissions (queued, running, or completed but not drained); 0 = unbounded.
+   * Past it `wspool_cq_submit` returns `WSPOOL_EREJECTED`.
+   */
+  uint32_t cap;
+  /**
+   * `WSPOOL_CQ_SIGNAL_HIGH_WATER` when pending reaches this; 0 = `cap` (never when unbounded).
+   */
+  uint32_t high_water;
+  /**
+   * `WSPOOL_CQ_SIGNAL_LOW_WATER` when pending falls back to this; 0 = `high_water / 2`.
+   */
+  uint32_t low_water;
+  /**
+   * Overload target: queue delay (submit to start) in µs; 0 turns the overload signal off.
+   * Default 5000 (CoDel's 5 ms).
+   */
+  uint32_t overload_target_us;
+  /**
+   * Overload interval: how long the delay must stay above the target, µs. Default 100000.
+   */
+  uint32_t overload_interval_us;
+  /**
+   * Bitwise OR of `WSPOOL_CQ_*` flags; unknown bits are `WSPOOL_EINVAL`.
+   */
+  uint32_t flags;
+  /**
+   * Optional: wake the loop by calling this instead of through `wspool_cq_fd()`. Called once per
+   * batch (when the queue goes from empty to non-empty) and after a bounded drain that left work.
+   */
+  wspool_cq_wake_fn wake;
+  /**
+   * Passed to `wake`.
+   */
+  void *wake_ctx;
+  /**
+   * Optional: receives `WSPOOL_CQ_SIGNAL_*` values, on the draining thread, in order with the
+   * completions.
+   */
+  wspool_cq_signal_fn on_signal;
+  /**
+   * Passed to `on_signal`.
+   */
+  void *signal_ctx;
+} wspool_cq_opts;
+
+/**
+ * Runs on the draining thread, exactly once per accepted submission, with its `arg` and a
+ * `WSPOOL_CQ_*` status.
+ */
+typedef void (*wspool_cq_done_fn)(void *arg, int status);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -631,6 +761,83 @@ int wspool_current_index(void);
  */
 int wspool_stats_get(const struct wspool *pool, struct wspool_stats *out);
 
+/**
+ * Fills `*opts` with the defaults, `struct_size` included. NULL is ignored (and sets the last error).
+ * The header maps `wspool_cq_opts_init(opts)` to `wspool_cq_opts_init_sized(opts, sizeof *(opts))`.
+ */
+void wspool_cq_opts_init(struct wspool_cq_opts *opts);
+
+/**
+ * Fills the first `size` bytes of `*opts` with the defaults and sets `opts->struct_size = size`.
+ * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_CQ_OPTS_MIN_SIZE`.
+ */
+int wspool_cq_opts_init_sized(struct wspool_cq_opts *opts, size_t size);
+
+/**
+ * Creates a completion queue on `pool` (`opts` NULL = defaults) and stores it in `*out` (NULL on
+ * failure). Without a `wake` callback the queue has a file descriptor to poll: `wspool_cq_fd`.
+ * Free it with `wspool_cq_close`, before or after the pool's shutdown: a shutdown completes every
+ * accepted submission (DRAIN: they run; CANCEL: `done` gets `WSPOOL_CQ_CANCELLED`).
+ */
+int wspool_cq_create(struct wspool *pool, const struct wspool_cq_opts *opts, struct wspool_cq **out);
+
+/**
+ * Submits `work(arg)` to the queue's pool; afterwards `done(arg, status)` runs exactly once, on
+ * the thread that calls `wspool_cq_drain` (or `wspool_cq_close`). On any error nothing was
+ * accepted and `done` will not run: `WSPOOL_EREJECTED` (the queue's `cap` is reached, or the
+ * pool's bounded queue refused), `WSPOOL_ESHUTDOWN` (queue closed or pool shut down).
+ * Allocation-free once the queue has warmed up.
+ */
+int wspool_cq_submit(struct wspool_cq *cq, wspool_fn work, wspool_cq_done_fn done, void *arg);
+
+/**
+ * The file descriptor to poll for readability (epoll/libevent/libuv), or -1 (and
+ * `WSPOOL_EINVAL` in the last error) for a queue with a `wake` callback or a NULL `cq`.
+ * Level-triggered: readable exactly while there is something to drain. Never read it yourself:
+ * `wspool_cq_drain` clears it under the queue's lock, so no wake-up can be lost.
+ */
+int wspool_cq_fd(const struct wspool_cq *cq);
+
+/**
+ * Runs up to `max` (0 = no bound) `done` callbacks on the calling thread, in completion order,
+ * plus any pending `on_signal` calls, and clears the fd when the queue is left empty. Returns
+ * how many `done` callbacks ran (>= 0), or a negative status. Call it from one thread (the
+ * loop's); callbacks may call `wspool_cq_submit`, not `wspool_cq_close`.
+ */
+int wspool_cq_drain(struct wspool_cq *cq, uint32_t max);
+
+/**
+ * Accepted submissions whose `done` has not run yet (0 for NULL).
+ */
+size_t wspool_cq_pending(const struct wspool_cq *cq);
+
+/**
+ * 1 while the queue's delay signal says overloaded, else 0 (one atomic load; 0 for NULL).
+ */
+int wspool_cq_overloaded(const struct wspool_cq *cq);
+
+/**
+ * 1 while any completion queue of `pool` is overloaded, else 0 (0 for NULL).
+ */
+int wspool_overloaded(const struct wspool *pool);
+
+/**
+ * Closes the queue: no new submissions; with `WSPOOL_CQ_CLOSE_DRAIN` the accepted ones run, with
+ * `WSPOOL_CQ_CLOSE_CANCEL` those not yet started are skipped. Every remaining `done` runs here, on
+ * the calling thread, exactly once; waits up to `timeout_ms` (-1 = forever) for work in flight.
+ * On `WSPOOL_OK` the queue is freed. On `WSPOOL_ETIMEDOUT` it stays closed and allocated: drain
+ * it or call again. Never call it from a `done` or signal callback, nor on a pool thread.
+ */
+int wspool_cq_close(struct wspool_cq *cq, int mode, int64_t timeout_ms);
+
+/**
+ * Writes the pool's stats as OpenMetrics text (ending in `# EOF\n`) into `buf`, NUL-terminated
+ * and truncated to `cap - 1` bytes, and returns the full length without the NUL: when it is
+ * `>= cap`, call again with a buffer of at least that + 1. `buf` may be NULL when `cap` is 0.
+ * Returns a negative status on error.
+ */
+int64_t wspool_stats_openmetrics(const struct wspool *pool, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
@@ -645,4 +852,5 @@ int wspool_stats_get(const struct wspool *pool, struct wspool_stats *out);
  */
 #define wspool_config_init(cfg) wspool_config_init_sized((cfg), sizeof(*(cfg)))
 #define wspool_submit_opts_init(opts) wspool_submit_opts_init_sized((opts), sizeof(*(opts)))
+#define wspool_cq_opts_init(opts) wspool_cq_opts_init_sized((opts), sizeof(*(opts)))
 #endif

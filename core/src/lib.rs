@@ -30,6 +30,7 @@
 #[cfg(doctest)]
 mod compile_fail;
 mod config;
+mod cq;
 mod error;
 mod group;
 mod growth;
@@ -37,6 +38,7 @@ mod isolation;
 mod job;
 mod join;
 mod latch;
+mod metrics;
 mod pool;
 mod registry;
 mod scope;
@@ -50,6 +52,10 @@ mod worker;
 
 pub use config::{
     Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
+};
+pub use cq::{
+    CloseMode, CompletionQueue, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError,
+    DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET,
 };
 pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;

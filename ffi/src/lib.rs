@@ -33,10 +33,13 @@ mod thread;
 
 mod stats;
 
+mod cq;
+
 mod args;
 mod support;
 
 pub use config::*;
+pub use cq::*;
 pub use group::*;
 pub use pool::*;
 pub use serial::*;

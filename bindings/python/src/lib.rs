@@ -19,6 +19,7 @@
 //! thread-locals, and must not run work that may need a lock it holds.
 
 mod call;
+mod cq;
 mod fork;
 mod map;
 mod pool;
@@ -58,6 +59,7 @@ fn _wspool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<map::MapIter>()?;
     m.add_class::<pool::Stats>()?;
     m.add_class::<pool::Blocking>()?;
+    m.add_class::<cq::Completions>()?;
     m.add_function(wrap_pyfunction!(current_index, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_after_fork_child, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_atexit, m)?)?;

@@ -164,11 +164,11 @@ fn parse_reject(s: &str) -> PyResult<Reject> {
 /// One wspool pool. Use `wspool.Pool`, which wraps it in a `concurrent.futures.Executor`.
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Core {
-    owner: Arc<Owner>,
+    pub(crate) owner: Arc<Owner>,
 }
 
 impl Core {
-    fn live(&self) -> PyResult<&Owner> {
+    pub(crate) fn live(&self) -> PyResult<&Owner> {
         check_gen(self.owner.shared.gen_)?;
         Ok(&self.owner)
     }

@@ -21,6 +21,7 @@ waits. The guide is docs/python.md in the repository.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import sys
@@ -262,6 +263,10 @@ class Pool(ThreadPoolExecutor):
             worker_init=_make_worker_init(prefix, initializer, initargs),
             stack_size=stack,
         )
+        # One completion queue per asyncio loop that awaits `run` (see `run`).
+        self._cqs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _wspool.Completions] = (
+            weakref.WeakKeyDictionary()
+        )
         _live_pools.add(self)
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
@@ -272,6 +277,25 @@ class Pool(ThreadPoolExecutor):
         included), ``BrokenThreadPool`` if an initializer failed.
         """
         return cast("Future[_T]", self._core.submit(fn, *args, **kwargs))
+
+    async def run(self, fn: Callable[..., _T], /, *args: Any) -> _T:
+        """Awaits ``fn(*args)``, run on the pool, from a coroutine on the running asyncio loop.
+
+        Results reach the loop through one ``loop.add_reader`` on a completion
+        queue's file descriptor: one loop wake-up per batch of finished calls,
+        not one ``call_soon_threadsafe`` per call. Exceptions propagate; a pool
+        shutdown that cancels the call cancels the await. Cancelling the
+        awaiting task does not stop a call that already started.
+        """
+        loop = asyncio.get_running_loop()
+        cq = self._cqs.get(loop)
+        if cq is None:
+            cq = _wspool.Completions(self._core)
+            loop.add_reader(cq.fileno(), cq.drain)
+            self._cqs[loop] = cq
+        fut: asyncio.Future[_T] = loop.create_future()
+        cq.submit(fut, fn, args)
+        return await fut
 
     def map(
         self,

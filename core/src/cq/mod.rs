@@ -1,0 +1,603 @@
+//! Completion queues: hand work to the pool from an event loop and get each
+//! result back *on the loop's thread*.
+//!
+//! A [`CompletionQueue<T>`] carries one payload `T` per submission. The work
+//! runs on a pool thread with `&mut T`; the payload then comes back, with a
+//! [`CqStatus`], through [`CompletionQueue::drain`], which the loop calls
+//! when the queue's wake-up fires. Every accepted submission comes back
+//! exactly once: ran, panicked, or cancelled (the core's "closure dropped
+//! unrun" path, taken by `Shutdown::Cancel` and `DiscardOldest`, and this
+//! queue's own `close(Cancel)`). A refused submission never comes back: the
+//! caller gets its payload in the error.
+//!
+//! Wake-up: the queue's file descriptor ([`CompletionQueue::fd`], an eventfd
+//! on Linux, a pipe elsewhere) is readable exactly while something is ready
+//! to drain. It is set on the empty -> non-empty transition (one wake per
+//! batch, not per task) and cleared by `drain` itself when it leaves the
+//! queue empty, both under the queue's lock, so the loop never reads it and
+//! never races it. With a wake callback instead ([`CqOptions::wake`], for
+//! `uv_async_send` and the like) the callback runs on the same transition,
+//! on the thread that made it, and again after a bounded drain that left
+//! work behind.
+//!
+//! Back-pressure: an optional cap on pending submissions (refused past it,
+//! [`CqSignal::HighWater`] at `high_water`, [`CqSignal::LowWater`] back at
+//! `low_water`) and a CoDel-style overload signal from queue delay (see
+//! [`codel`]). Signals are delivered by `drain`, in order with completions.
+//!
+//! Hot path: payloads travel in recycled boxed nodes (a free list), and the
+//! job handed to the pool is two words plus the work closure, inline in the
+//! pool's job slot when that closure captures at most two words: after
+//! warm-up the queue allocates nothing per submission (the pool's global
+//! queue still allocates a block now and then; `tests/cq_alloc.rs`).
+
+mod codel;
+mod wake;
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed, SeqCst};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{ShutdownTimedOut, SubmitErrorKind};
+use crate::pool::Pool;
+use crate::sync::lock;
+
+use codel::Codel;
+pub use codel::{DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET};
+use wake::Wake;
+
+/// How a submission ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqStatus {
+    /// The work ran to the end.
+    Ran,
+    /// The work never ran: the pool dropped it unrun (`Shutdown::Cancel`,
+    /// `DiscardOldest`) or the queue was closed with [`CloseMode::Cancel`]
+    /// before it started.
+    Cancelled,
+    /// The work panicked (the panic is contained; the payload comes back).
+    Panicked,
+}
+
+/// A change of back-pressure state, delivered by `drain` in order with the
+/// completions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqSignal {
+    /// Pending submissions reached `high_water`: stop taking new requests.
+    HighWater,
+    /// Pending submissions fell back to `low_water`: take requests again.
+    LowWater,
+    /// Queue delay stayed above the target for the interval: shed load.
+    Overloaded,
+    /// Queue delay is below the target again (or the queue ran empty).
+    Recovered,
+}
+
+/// One item out of [`CompletionQueue::drain`].
+#[derive(Debug)]
+pub enum CqEvent<T> {
+    /// A submission's payload and how it ended.
+    Done(T, CqStatus),
+    /// A back-pressure transition.
+    Signal(CqSignal),
+}
+
+/// What [`CompletionQueue::close`] does with submissions not yet started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMode {
+    /// Let them run; their completions come back as usual.
+    Drain,
+    /// They come back `Cancelled` without running when the pool reaches them.
+    Cancel,
+}
+
+/// Why [`CompletionQueue::submit`] refused; the payload comes back.
+#[derive(Debug)]
+pub struct CqSubmitError<T> {
+    /// The reason.
+    pub kind: CqRefusal,
+    /// The payload, untouched: no completion will come for it.
+    pub item: T,
+}
+
+/// Reasons for a refused submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqRefusal {
+    /// `cap` submissions are already pending.
+    Full,
+    /// The queue is closed (or closing).
+    Closed,
+    /// The pool's bounded queue refused it (its reject policy).
+    Rejected,
+    /// The pool is shut down.
+    Shutdown,
+}
+
+/// Options of a completion queue; `Default` is an unbounded queue with an
+/// fd wake-up and the overload signal on at its default parameters.
+pub struct CqOptions {
+    /// Most pending submissions (queued, running, or done but not drained);
+    /// 0 = unbounded. Past it `submit` refuses with [`CqRefusal::Full`].
+    pub cap: usize,
+    /// `HighWater` is signalled when pending reaches this (0 = `cap`, or
+    /// never when unbounded).
+    pub high_water: usize,
+    /// `LowWater` is signalled when pending falls back to this after a
+    /// `HighWater` (0 = half of `high_water`).
+    pub low_water: usize,
+    /// CoDel target: queue delay (submit to start) considered standing
+    /// when above this. `None` turns the overload signal off.
+    pub overload_target: Option<Duration>,
+    /// CoDel interval: how long the delay must stay above target.
+    pub overload_interval: Duration,
+    /// Wake the loop by calling this instead of through an fd.
+    pub wake: Option<Box<dyn Fn() + Send + Sync>>,
+    /// Submit through the pool's global queue even from a pool thread.
+    pub global: bool,
+}
+
+impl Default for CqOptions {
+    fn default() -> Self {
+        CqOptions {
+            cap: 0,
+            high_water: 0,
+            low_water: 0,
+            overload_target: Some(DEFAULT_OVERLOAD_TARGET),
+            overload_interval: DEFAULT_OVERLOAD_INTERVAL,
+            wake: None,
+            global: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for CqOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqOptions")
+            .field("cap", &self.cap)
+            .field("high_water", &self.high_water)
+            .field("low_water", &self.low_water)
+            .field("overload_target", &self.overload_target)
+            .field("overload_interval", &self.overload_interval)
+            .field("wake", &self.wake.as_ref().map(|_| "callback"))
+            .field("global", &self.global)
+            .finish()
+    }
+}
+
+/// A recycled carrier of one payload.
+struct Node<T> {
+    item: Option<T>,
+    status: CqStatus,
+    /// Submission time, ns since the queue's epoch (queue delay).
+    submitted_ns: u64,
+}
+
+/// Free nodes kept for reuse; more are freed.
+const FREE_MAX: usize = 1024;
+
+struct Ready<T> {
+    done: VecDeque<Box<Node<T>>>,
+    signals: VecDeque<CqSignal>,
+    /// The wake-up is set (fd readable / callback owed a drain).
+    signaled: bool,
+    /// `close` is waiting for completions.
+    closer_waiting: bool,
+}
+
+impl<T> Ready<T> {
+    fn is_empty(&self) -> bool {
+        self.done.is_empty() && self.signals.is_empty()
+    }
+}
+
+/// State shared by the handle and the jobs in flight.
+struct Inner<T> {
+    ready: Mutex<Ready<T>>,
+    closed_cv: Condvar,
+    free: Mutex<Vec<Box<Node<T>>>>,
+    /// Accepted submissions whose completion has not been drained.
+    pending: AtomicUsize,
+    /// Accepted submissions not yet started (for CoDel's "queue ran empty").
+    queued: AtomicUsize,
+    wake: Wake,
+    codel: Option<Codel>,
+    /// 0 open, 1 closed (drain), 2 closed (cancel).
+    closed: std::sync::atomic::AtomicU8,
+    above_high: std::sync::atomic::AtomicBool,
+    /// Submission time of the most recently started submission (ns).
+    head_mark: std::sync::atomic::AtomicU64,
+    /// When the not-started count last went from 0 to 1 (ns).
+    nonempty_since: std::sync::atomic::AtomicU64,
+    epoch: Instant,
+}
+
+const OPEN: u8 = 0;
+const CLOSED_DRAIN: u8 = 1;
+const CLOSED_CANCEL: u8 = 2;
+
+impl<T> Inner<T> {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64
+    }
+
+    /// Makes the queue ready (under its lock) and returns whether the
+    /// caller must run the wake callback (outside the lock).
+    fn mark_ready(&self, r: &mut Ready<T>) -> bool {
+        if r.closer_waiting {
+            self.closed_cv.notify_all();
+        }
+        if r.signaled {
+            return false;
+        }
+        r.signaled = true;
+        self.wake.set()
+    }
+
+    /// Hands a finished node to the loop.
+    fn complete(&self, node: Box<Node<T>>) {
+        let call = {
+            let mut r = lock(&self.ready);
+            r.done.push_back(node);
+            self.mark_ready(&mut r)
+        };
+        if call {
+            self.wake.call();
+        }
+    }
+
+    fn signal(&self, r: &mut MutexGuard<'_, Ready<T>>, s: CqSignal) -> bool {
+        r.signals.push_back(s);
+        self.mark_ready(r)
+    }
+
+    /// Called on the pool thread when a submission starts.
+    fn on_start(&self, submitted_ns: u64) {
+        let left = self.queued.fetch_sub(1, AcqRel) - 1;
+        if self.codel.is_none() {
+            return;
+        }
+        self.head_mark.store(submitted_ns, Relaxed);
+        let now = self.now_ns();
+        self.observe_delay(now.saturating_sub(submitted_ns), now, left == 0);
+    }
+
+    /// Called on the submitting thread: the age of the oldest submission not
+    /// yet started, estimated as the time since the newer of the last
+    /// started one's submission and the queue's last empty -> non-empty
+    /// transition (the head was submitted after both, so this errs high).
+    /// It sees a queue building a whole queue-delay before a start would.
+    fn on_submit(&self, now: u64, was_queued: usize) {
+        if self.codel.is_none() {
+            return;
+        }
+        if was_queued == 0 {
+            self.nonempty_since.store(now, Relaxed);
+            return;
+        }
+        let since = self.head_mark.load(Relaxed).max(self.nonempty_since.load(Relaxed));
+        self.observe_delay(now.saturating_sub(since), now, false);
+    }
+
+    fn observe_delay(&self, delay_ns: u64, now: u64, drained: bool) {
+        let Some(codel) = &self.codel else { return };
+        if let Some(overloaded) = codel.observe(delay_ns, now, drained) {
+            // The state flip and its signal happen under the lock, so the
+            // signals alternate in the order the flips happened.
+            let call = {
+                let mut r = lock(&self.ready);
+                if codel.commit(overloaded) {
+                    let s = if overloaded { CqSignal::Overloaded } else { CqSignal::Recovered };
+                    self.signal(&mut r, s)
+                } else {
+                    false
+                }
+            };
+            if call {
+                self.wake.call();
+            }
+        }
+    }
+
+    fn recycle(&self, node: Box<Node<T>>) {
+        let mut free = lock(&self.free);
+        if free.len() < FREE_MAX {
+            free.push(node);
+        }
+    }
+}
+
+thread_local! {
+    /// Non-null only while `submit` takes a refused job back: the job then
+    /// parks its node here instead of running (see `Job::run`).
+    static TAKE_BACK: Cell<*mut ()> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// The job handed to the pool. Dropped unrun, it completes as `Cancelled`.
+struct Job<T: Send + 'static> {
+    inner: Arc<Inner<T>>,
+    node: Option<Box<Node<T>>>,
+}
+
+impl<T: Send + 'static> Job<T> {
+    fn run(mut self, work: impl FnOnce(&mut T)) {
+        let mut node = self.node.take().expect("a job runs once");
+        let back = TAKE_BACK.with(Cell::get);
+        if !back.is_null() {
+            // SAFETY: `submit` set TAKE_BACK to a `*mut Option<Box<Node<T>>>`
+            // of this very `T` for the duration of this call, on this thread.
+            unsafe { *back.cast::<Option<Box<Node<T>>>>() = Some(node) };
+            return;
+        }
+        let inner = &self.inner;
+        inner.on_start(node.submitted_ns);
+        node.status = if inner.closed.load(Relaxed) == CLOSED_CANCEL {
+            CqStatus::Cancelled
+        } else {
+            let item = node.item.as_mut().expect("a submitted node holds its payload");
+            match catch_unwind(AssertUnwindSafe(|| work(item))) {
+                Ok(()) => CqStatus::Ran,
+                Err(p) => {
+                    // The panic is reported as a status; its payload may itself panic on drop.
+                    let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+                    CqStatus::Panicked
+                }
+            }
+        };
+        inner.complete(node);
+    }
+}
+
+impl<T: Send + 'static> Drop for Job<T> {
+    fn drop(&mut self) {
+        // Still holding its node: the pool dropped the job unrun.
+        if let Some(mut node) = self.node.take() {
+            self.inner.queued.fetch_sub(1, AcqRel);
+            node.status = CqStatus::Cancelled;
+            self.inner.complete(node);
+        }
+    }
+}
+
+/// A completion queue bound to a pool. See the module documentation.
+pub struct CompletionQueue<T: Send + 'static> {
+    pool: Pool,
+    inner: Arc<Inner<T>>,
+    cap: usize,
+    high_water: usize,
+    low_water: usize,
+    global: bool,
+}
+
+impl<T: Send + 'static> std::fmt::Debug for CompletionQueue<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("pending", &self.pending())
+            .field("cap", &self.cap)
+            .field("overloaded", &self.overloaded())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> CompletionQueue<T> {
+    /// A queue on `pool`. Fails only when the wake-up fd cannot be created.
+    pub fn new(pool: &Pool, opts: CqOptions) -> std::io::Result<Self> {
+        let high_water = if opts.high_water != 0 { opts.high_water } else { opts.cap };
+        let low_water = if opts.low_water != 0 { opts.low_water.min(high_water) } else { high_water / 2 };
+        let wake = match opts.wake {
+            Some(f) => Wake::callback(f),
+            None => Wake::fd()?,
+        };
+        Ok(CompletionQueue {
+            pool: pool.clone(),
+            inner: Arc::new(Inner {
+                ready: Mutex::new(Ready {
+                    done: VecDeque::new(),
+                    signals: VecDeque::new(),
+                    signaled: false,
+                    closer_waiting: false,
+                }),
+                closed_cv: Condvar::new(),
+                free: Mutex::new(Vec::new()),
+                pending: AtomicUsize::new(0),
+                queued: AtomicUsize::new(0),
+                wake,
+                codel: opts.overload_target.map(|t| Codel::new(t, opts.overload_interval)),
+                closed: std::sync::atomic::AtomicU8::new(OPEN),
+                above_high: std::sync::atomic::AtomicBool::new(false),
+                head_mark: std::sync::atomic::AtomicU64::new(0),
+                nonempty_since: std::sync::atomic::AtomicU64::new(0),
+                epoch: Instant::now(),
+            }),
+            cap: opts.cap,
+            high_water,
+            low_water,
+            global: opts.global,
+        })
+    }
+
+    /// The pollable file descriptor (readable while there is something to
+    /// drain); `None` when the queue wakes its loop through a callback.
+    /// Poll it for readability only: `drain` reads and clears it.
+    #[cfg(unix)]
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.wake.raw_fd()
+    }
+
+    /// Runs `work(&mut item)` on the pool; `item` comes back through
+    /// `drain`. Refused (with the item) when closed, full, or when the pool
+    /// refuses; a refused submission produces no completion.
+    pub fn submit<F>(&self, item: T, work: F) -> Result<(), CqSubmitError<T>>
+    where
+        F: FnOnce(&mut T) + Send + 'static,
+    {
+        let inner = &self.inner;
+        if inner.closed.load(Relaxed) != OPEN {
+            return Err(CqSubmitError { kind: CqRefusal::Closed, item });
+        }
+        let before = inner.pending.fetch_add(1, AcqRel);
+        if self.cap != 0 && before >= self.cap {
+            inner.pending.fetch_sub(1, AcqRel);
+            return Err(CqSubmitError { kind: CqRefusal::Full, item });
+        }
+        let mut node = lock(&inner.free)
+            .pop()
+            .unwrap_or_else(|| Box::new(Node { item: None, status: CqStatus::Ran, submitted_ns: 0 }));
+        node.item = Some(item);
+        let now = inner.now_ns();
+        node.submitted_ns = now;
+        let was_queued = inner.queued.fetch_add(1, AcqRel);
+        inner.on_submit(now, was_queued);
+        let job = Job { inner: inner.clone(), node: Some(node) };
+        let opts = crate::pool::SpawnOptions { global: self.global, ..Default::default() };
+        match self.pool.spawn_with(opts, move || job.run(work)) {
+            Ok(()) => {
+                if self.high_water != 0 && before + 1 >= self.high_water && !inner.above_high.swap(true, SeqCst) {
+                    let call = self.inner.signal(&mut lock(&inner.ready), CqSignal::HighWater);
+                    if call {
+                        inner.wake.call();
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let kind = match e.kind() {
+                    SubmitErrorKind::Rejected => CqRefusal::Rejected,
+                    SubmitErrorKind::Shutdown => CqRefusal::Shutdown,
+                    // A queue's submissions name no group or serial queue.
+                    SubmitErrorKind::WrongPool => CqRefusal::Rejected,
+                };
+                let mut back: Option<Box<Node<T>>> = None;
+                TAKE_BACK.with(|t| t.set((&mut back as *mut Option<Box<Node<T>>>).cast()));
+                // Calling the refused job in take-back mode parks its node in
+                // `back` without running anything or completing.
+                (e.into_task())();
+                TAKE_BACK.with(|t| t.set(std::ptr::null_mut()));
+                inner.queued.fetch_sub(1, AcqRel);
+                inner.pending.fetch_sub(1, AcqRel);
+                let mut node = back.expect("a refused job hands its node back");
+                let item = node.item.take().expect("the node still holds the payload");
+                inner.recycle(node);
+                Err(CqSubmitError { kind, item })
+            }
+        }
+    }
+
+    /// Hands up to `max` completions (signals do not count) to `f`, oldest
+    /// first, on the calling thread, and clears the wake-up when it leaves
+    /// the queue empty. Returns how many completions it handed over. Meant
+    /// for one thread (the loop's); `f` may submit again.
+    pub fn drain(&self, max: usize, mut f: impl FnMut(CqEvent<T>)) -> usize {
+        let inner = &*self.inner;
+        let mut n = 0;
+        loop {
+            let (next, left) = {
+                let mut r = lock(&inner.ready);
+                let next = match r.signals.pop_front() {
+                    Some(s) => Some(Err(s)),
+                    None if n < max => r.done.pop_front().map(Ok),
+                    None => None,
+                };
+                if r.is_empty() && r.signaled {
+                    r.signaled = false;
+                    inner.wake.clear();
+                }
+                (next, !r.is_empty())
+            };
+            match next {
+                None => {
+                    if left && inner.wake.is_callback() {
+                        // A bounded drain left work: owe the loop another wake.
+                        inner.wake.call();
+                    }
+                    return n;
+                }
+                Some(Err(s)) => f(CqEvent::Signal(s)),
+                Some(Ok(mut node)) => {
+                    n += 1;
+                    let item = node.item.take().expect("a completed node holds its payload");
+                    let status = node.status;
+                    inner.recycle(node);
+                    let now = inner.pending.fetch_sub(1, AcqRel) - 1;
+                    let low = now <= self.low_water && inner.above_high.swap(false, SeqCst);
+                    f(CqEvent::Done(item, status));
+                    if low {
+                        f(CqEvent::Signal(CqSignal::LowWater));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Accepted submissions whose completion has not been drained yet.
+    pub fn pending(&self) -> usize {
+        self.inner.pending.load(Relaxed)
+    }
+
+    /// The overload signal's current state (one atomic load).
+    pub fn overloaded(&self) -> bool {
+        self.inner.codel.as_ref().is_some_and(Codel::is_overloaded)
+    }
+
+    /// Stops accepting submissions and hands every pending completion to
+    /// `f` on this thread, waiting for the pool to finish (or, with
+    /// `Cancel`, to skip) the ones in flight; at most `timeout` (`None`:
+    /// forever). After `Ok` nothing is pending and nothing more will come.
+    /// On a timeout the queue stays closed; call again to wait more.
+    /// Waiting on a pool thread for work queued behind it could deadlock,
+    /// so call it from the loop.
+    pub fn close(
+        &self,
+        mode: CloseMode,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(CqEvent<T>),
+    ) -> Result<(), ShutdownTimedOut> {
+        let target = if mode == CloseMode::Cancel { CLOSED_CANCEL } else { CLOSED_DRAIN };
+        self.inner.closed.fetch_max(target, SeqCst);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            self.drain(usize::MAX, &mut f);
+            let mut r = lock(&self.inner.ready);
+            loop {
+                if !r.is_empty() {
+                    break;
+                }
+                if self.inner.pending.load(SeqCst) == 0 {
+                    r.closer_waiting = false;
+                    return Ok(());
+                }
+                r.closer_waiting = true;
+                r = match deadline {
+                    None => self.inner.closed_cv.wait(r).unwrap_or_else(|e| e.into_inner()),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            r.closer_waiting = false;
+                            return Err(ShutdownTimedOut);
+                        }
+                        self.inner.closed_cv.wait_timeout(r, d - now).unwrap_or_else(|e| e.into_inner()).0
+                    }
+                };
+            }
+        }
+    }
+
+    /// The pool this queue submits to.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+impl<T: Send + 'static> Drop for CompletionQueue<T> {
+    /// Dropped without `close`: nothing more is accepted, work not started
+    /// is skipped, and payloads still to come back are dropped when they do.
+    fn drop(&mut self) {
+        self.inner.closed.fetch_max(CLOSED_CANCEL, SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests;

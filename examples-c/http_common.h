@@ -1,0 +1,269 @@
+/*
+ * http_common.h: what the two HTTP examples (http_libuv.c, http_libevent.c)
+ * share and is not embedding glue: options, the endpoints' work, routing,
+ * and the /metrics text (the pool's OpenMetrics export plus the server's own
+ * counters). Header-only (static functions): each example is one file.
+ *
+ * Endpoints:
+ *   /ping          "pong"                       (through the pool)
+ *   /work?n=N      16 hex digits after N rounds (CPU, through the pool)
+ *   /sleep?ms=M    "slept" after M ms inside wspool_blocking_begin/end
+ *   /metrics       OpenMetrics text             (on the loop thread)
+ * A pool-bound request is answered 503 at once when the completion queue
+ * refuses it or says the pool is overloaded (queue delay above target).
+ */
+#ifndef HTTP_COMMON_H
+#define HTTP_COMMON_H
+
+#define _GNU_SOURCE
+#include <libwspool.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORK_MAX 100000000ull
+#define SLEEP_MAX_MS 10000ull
+
+typedef struct http_opts {
+    int port;                /* 0: any free port (printed on stdout) */
+    unsigned threads;        /* pool min_threads */
+    unsigned spin_us;        /* pool spin_max_us; ~0u = library default */
+    unsigned target_us;      /* overload target; 0 = off */
+    unsigned interval_us;    /* overload interval */
+    unsigned cap;            /* completion-queue cap; 0 = unbounded */
+    bool uv_work;            /* http_libuv only: uv_queue_work instead of wspool */
+} http_opts;
+
+static void http_usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s [--port N] [--threads N] [--spin-us N] [--target-us N] [--interval-us N] [--cap N]%s\n",
+            prog, strstr(prog, "libuv") ? " [--uv-work]" : "");
+    exit(2);
+}
+
+static http_opts http_parse_opts(int argc, char **argv)
+{
+    http_opts o = {.port = 0, .threads = 2, .spin_us = ~0u, .target_us = 5000, .interval_us = 5000};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        unsigned *dst = NULL;
+        if (strcmp(a, "--uv-work") == 0) {
+            o.uv_work = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            http_usage(argv[0]);
+        if (strcmp(a, "--port") == 0)
+            o.port = atoi(argv[++i]);
+        else if (strcmp(a, "--threads") == 0)
+            dst = &o.threads;
+        else if (strcmp(a, "--spin-us") == 0)
+            dst = &o.spin_us;
+        else if (strcmp(a, "--target-us") == 0)
+            dst = &o.target_us;
+        else if (strcmp(a, "--interval-us") == 0)
+            dst = &o.interval_us;
+        else if (strcmp(a, "--cap") == 0)
+            dst = &o.cap;
+        else
+            http_usage(argv[0]);
+        if (dst)
+            *dst = (unsigned)strtoul(argv[++i], NULL, 10);
+    }
+    return o;
+}
+
+static wspool *http_make_pool(const http_opts *o)
+{
+    wspool_config c;
+    wspool_config_init(&c);
+    c.name = "http";
+    c.min_threads = o->threads;
+    if (o->spin_us != ~0u)
+        c.spin_max_us = o->spin_us;
+    wspool *p = NULL;
+    if (wspool_create(&c, &p) != WSPOOL_OK) {
+        fprintf(stderr, "wspool_create: %s\n", wspool_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------ the work */
+
+enum job_kind { J_PING, J_WORK, J_SLEEP, J_METRICS, J_NOT_FOUND, J_BAD };
+
+typedef struct http_job {
+    enum job_kind kind;
+    uint64_t n;
+    char body[32];
+    int body_len;
+    void *conn; /* the server's request/connection handle */
+} http_job;
+
+/* N rounds of splitmix64: serial, so N rounds cost N x a few ns anywhere. */
+static uint64_t work_digest(uint64_t n)
+{
+    uint64_t h = n;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t z = h + i + 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        h = z ^ (z >> 31);
+    }
+    return h;
+}
+
+/* Runs on a pool thread (or a libuv threadpool thread with --uv-work). */
+static void http_job_run(void *arg)
+{
+    http_job *j = arg;
+    switch (j->kind) {
+    case J_PING:
+        j->body_len = snprintf(j->body, sizeof j->body, "pong\n");
+        break;
+    case J_WORK:
+        j->body_len = snprintf(j->body, sizeof j->body, "%016" PRIx64 "\n", work_digest(j->n));
+        break;
+    case J_SLEEP: {
+        struct timespec ts = {.tv_sec = (time_t)(j->n / 1000), .tv_nsec = (long)(j->n % 1000) * 1000000L};
+        /* A declared blocking region: the pool lends a thread meanwhile
+         * (a no-op off the pool, i.e. with --uv-work). */
+        wspool_blocking_begin();
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        wspool_blocking_end();
+        j->body_len = snprintf(j->body, sizeof j->body, "slept\n");
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static bool query_u64(const char *q, const char *key, uint64_t max, uint64_t *out)
+{
+    size_t kl = strlen(key);
+    while (q && *q) {
+        if (strncmp(q, key, kl) == 0 && q[kl] == '=') {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(q + kl + 1, &end, 10);
+            if (errno || end == q + kl + 1 || (*end && *end != '&') || v > max)
+                return false;
+            *out = v;
+            return true;
+        }
+        q = strchr(q, '&');
+        if (q)
+            q++;
+    }
+    return false;
+}
+
+/* Routes "path?query" (len bytes, not NUL-terminated) into j. */
+static void http_route(const char *target, size_t len, http_job *j)
+{
+    char t[256];
+    if (len >= sizeof t) {
+        j->kind = J_NOT_FOUND;
+        return;
+    }
+    memcpy(t, target, len);
+    t[len] = 0;
+    char *q = strchr(t, '?');
+    if (q)
+        *q++ = 0;
+    if (strcmp(t, "/ping") == 0)
+        j->kind = J_PING;
+    else if (strcmp(t, "/metrics") == 0)
+        j->kind = J_METRICS;
+    else if (strcmp(t, "/work") == 0)
+        j->kind = query_u64(q, "n", WORK_MAX, &j->n) ? J_WORK : J_BAD;
+    else if (strcmp(t, "/sleep") == 0)
+        j->kind = query_u64(q, "ms", SLEEP_MAX_MS, &j->n) ? J_SLEEP : J_BAD;
+    else
+        j->kind = J_NOT_FOUND;
+}
+
+/* ------------------------------------------------------------- metrics */
+
+/* Server counters; written on the loop thread only, atomics for /metrics readers' sake. */
+typedef struct http_counters {
+    atomic_ullong requests, submitted, done, done_cancelled, shed_overload, shed_refused, client_gone;
+    atomic_ullong overload_signals;
+} http_counters;
+
+static http_counters HC;
+
+/* The pool's OpenMetrics text with the server's families before its "# EOF".
+ * Returns a malloc'd string (the caller frees) and its length in *len. */
+static char *http_metrics_text(wspool *pool, size_t *len)
+{
+    int64_t need = wspool_stats_openmetrics(pool, NULL, 0);
+    if (need < 0)
+        return NULL;
+    size_t cap = (size_t)need + 2048;
+    char *buf = malloc(cap);
+    if (!buf)
+        return NULL;
+    int64_t n = wspool_stats_openmetrics(pool, buf, cap);
+    if (n < 6 || (size_t)n >= cap) {
+        free(buf);
+        return NULL;
+    }
+    size_t at = (size_t)n - 6; /* drop "# EOF\n": ours go before it */
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } fam[] = {
+        {"http_requests", "HTTP requests parsed.", offsetof(http_counters, requests)},
+        {"http_cq_submitted", "Requests accepted by the completion queue.", offsetof(http_counters, submitted)},
+        {"http_cq_done", "done callbacks run (one per accepted request).", offsetof(http_counters, done)},
+        {"http_cq_cancelled", "done callbacks with WSPOOL_CQ_CANCELLED.", offsetof(http_counters, done_cancelled)},
+        {"http_shed_overload", "Requests answered 503 because the pool was overloaded.", offsetof(http_counters, shed_overload)},
+        {"http_shed_refused", "Requests answered 503 because the queue refused them.", offsetof(http_counters, shed_refused)},
+        {"http_client_gone", "Responses dropped because the client had hung up.", offsetof(http_counters, client_gone)},
+        {"http_overload_signals", "WSPOOL_CQ_SIGNAL_OVERLOADED signals received.", offsetof(http_counters, overload_signals)},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        unsigned long long v = atomic_load((atomic_ullong *)((char *)&HC + fam[i].off));
+        int k = snprintf(buf + at, cap - at, "# TYPE %s counter\n# HELP %s %s\n%s_total %llu\n", fam[i].name,
+                         fam[i].name, fam[i].help, fam[i].name, v);
+        if (k < 0 || (size_t)k >= cap - at) {
+            free(buf);
+            return NULL;
+        }
+        at += (size_t)k;
+    }
+    int k = snprintf(buf + at, cap - at, "# EOF\n");
+    if (k < 0 || (size_t)k >= cap - at) {
+        free(buf);
+        return NULL;
+    }
+    *len = at + (size_t)k;
+    return buf;
+}
+
+/* Printed at exit; the tests check that every accepted request saw exactly one done. */
+static int http_report_exit(const char *who)
+{
+    unsigned long long s = atomic_load(&HC.submitted), d = atomic_load(&HC.done);
+    fprintf(stderr, "%s: exit: requests=%llu submitted=%llu done=%llu cancelled=%llu shed=%llu client_gone=%llu\n",
+            who, (unsigned long long)atomic_load(&HC.requests), s, d,
+            (unsigned long long)atomic_load(&HC.done_cancelled),
+            (unsigned long long)(atomic_load(&HC.shed_overload) + atomic_load(&HC.shed_refused)),
+            (unsigned long long)atomic_load(&HC.client_gone));
+    return s == d ? 0 : 3;
+}
+
+#endif

@@ -1,0 +1,156 @@
+/*
+ * http_libevent.c: an HTTP/1.1 keep-alive server on libevent's evhttp that
+ * runs its requests on wspool through a completion queue.
+ *
+ * The embedding glue is the lines marked "glue:" (docs/embedding.md shows
+ * them): one queue, one persistent read event on its fd that drains it, a
+ * submit per request, and a close at shutdown. evhttp owns the connections;
+ * a client that hangs up while its request runs leaves the request alive
+ * (evhttp detaches it), and its done callback's evhttp_send_reply frees it.
+ *
+ * SIGINT/SIGTERM: the queue is closed with CANCEL (every pending done runs:
+ * 503 for the ones that never started), evhttp is freed, the pool destroyed.
+ * Exit status 3 if the number of done calls differs from the accepted
+ * submissions. See http_common.h for endpoints and options.
+ */
+#include "http_common.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <signal.h>
+
+static wspool *pool;
+static wspool_cq *cq;
+static struct event_base *base;
+static struct evhttp *http;
+
+static void reply(struct evhttp_request *req, int code, const char *reason, const char *body, size_t len)
+{
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, body, len);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain");
+    evhttp_send_reply(req, code, reason, b);
+    evbuffer_free(b);
+}
+
+/* Runs on the loop thread, exactly once per accepted request. */
+static void on_done(void *arg, int status)
+{
+    http_job *j = arg;
+    struct evhttp_request *req = j->conn;
+    atomic_fetch_add(&HC.done, 1);
+    if (evhttp_request_get_connection(req) == NULL)
+        atomic_fetch_add(&HC.client_gone, 1); /* evhttp_send_reply just frees it */
+    if (status == WSPOOL_CQ_RAN) {
+        reply(req, 200, "OK", j->body, (size_t)j->body_len);
+    } else {
+        atomic_fetch_add(&HC.done_cancelled, 1);
+        reply(req, 503, "Service Unavailable", "cancelled\n", 10);
+    }
+    free(j);
+}
+
+static void on_signal(void *ctx, int s)
+{
+    (void)ctx;
+    if (s == WSPOOL_CQ_SIGNAL_OVERLOADED)
+        atomic_fetch_add(&HC.overload_signals, 1);
+}
+
+static void on_cq_readable(evutil_socket_t fd, short ev, void *ctx)
+{
+    (void)fd, (void)ev, (void)ctx;
+    wspool_cq_drain(cq, 0); /* glue: run the done callbacks here, on the loop */
+}
+
+static void on_request(struct evhttp_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&HC.requests, 1);
+    const char *uri = evhttp_request_get_uri(req);
+    http_job tmp = {0};
+    http_route(uri, strlen(uri), &tmp);
+    if (tmp.kind == J_METRICS) {
+        size_t len = 0;
+        char *text = http_metrics_text(pool, &len);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                          "application/openmetrics-text; version=1.0.0; charset=utf-8");
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add(b, text ? text : "", text ? len : 0);
+        evhttp_send_reply(req, text ? 200 : 500, text ? "OK" : "Internal Server Error", b);
+        evbuffer_free(b);
+        free(text);
+        return;
+    }
+    if (tmp.kind == J_NOT_FOUND || tmp.kind == J_BAD) {
+        reply(req, tmp.kind == J_BAD ? 400 : 404, tmp.kind == J_BAD ? "Bad Request" : "Not Found", "no\n", 3);
+        return;
+    }
+    if (wspool_cq_overloaded(cq)) { /* shed load while queue delay stands above target */
+        atomic_fetch_add(&HC.shed_overload, 1);
+        reply(req, 503, "Service Unavailable", "overloaded\n", 11);
+        return;
+    }
+    http_job *j = malloc(sizeof *j);
+    *j = tmp;
+    j->conn = req;
+    if (wspool_cq_submit(cq, http_job_run, on_done, j) != WSPOOL_OK) { /* glue */
+        free(j);
+        atomic_fetch_add(&HC.shed_refused, 1);
+        reply(req, 503, "Service Unavailable", "refused\n", 8);
+        return;
+    }
+    atomic_fetch_add(&HC.submitted, 1);
+}
+
+static void on_stop(evutil_socket_t sig, short ev, void *ctx)
+{
+    (void)sig, (void)ev, (void)ctx;
+    wspool_cq_close(cq, WSPOOL_CQ_CLOSE_CANCEL, -1); /* glue: every pending done runs, now */
+    cq = NULL;
+    event_base_loopexit(base, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    http_opts o = http_parse_opts(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    pool = http_make_pool(&o);
+    base = event_base_new();
+    http = evhttp_new(base);
+    evhttp_set_gencb(http, on_request, NULL);
+    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(http, "127.0.0.1", (ev_uint16_t)o.port);
+    if (!sock) {
+        fprintf(stderr, "http_libevent: cannot bind 127.0.0.1:%d\n", o.port);
+        return 1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl);
+    wspool_cq_opts co;
+    wspool_cq_opts_init(&co);
+    co.cap = o.cap;
+    co.overload_target_us = o.target_us;
+    co.overload_interval_us = o.interval_us;
+    co.on_signal = on_signal;
+    wspool_cq_create(pool, &co, &cq);                                                          /* glue */
+    struct event *cqev = event_new(base, wspool_cq_fd(cq), EV_READ | EV_PERSIST, on_cq_readable, NULL); /* glue */
+    event_add(cqev, NULL);                                                                     /* glue */
+    struct event *sigint = evsignal_new(base, SIGINT, on_stop, NULL);
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_stop, NULL);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+    printf("listening on %d\n", ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    fflush(stdout);
+    event_base_dispatch(base);
+    event_free(cqev); /* glue */
+    event_free(sigint);
+    event_free(sigterm);
+    evhttp_free(http);
+    event_base_free(base);
+    wspool_destroy(pool);
+    libevent_global_shutdown();
+    return http_report_exit("http_libevent");
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""bench-embed: the issue 14 figures, medians of --rounds rounds, as markdown.
+
+    bench.py --bin examples-c/bin --load target/embed/httpload [--rounds 3] [--seconds 3]
+
+1. HTTP mix: 64 keep-alive connections, 3 on /sleep?ms=50 and 61 on /ping
+   (closed loop), min_threads 2: /ping p50/p99 on http_libuv and
+   http_libevent (wspool completion queue) and http_libuv --uv-work
+   (uv_queue_work, UV_THREADPOOL_SIZE=2).
+2. CPU per /ping: 64 connections at an open-loop 10,000 req/s; the server's
+   utime+stime (from /proc) over the run divided by the requests served.
+   wspool with default spinning, with spinning off (--spin-us 0), and
+   uv_queue_work.
+3. Overload: /work?n=N with N sized to ~1 ms, open loop at ~2x the capacity
+   of 2 threads, on http_libuv with the default 5 ms target / 5 ms interval:
+   served p99 vs 3x the target, and how fast the excess gets its 503.
+"""
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import time
+
+
+def start(binpath, *args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.Popen([binpath, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    m = re.match(r"listening on (\d+)", p.stdout.readline())
+    assert m, p.stderr.read()
+    return p, int(m.group(1))
+
+
+def stop(p):
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+
+
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load(tool, port, seconds, *groups):
+    out = subprocess.run([tool, str(port), str(seconds), *groups], capture_output=True, text=True,
+                         timeout=seconds + 60, check=True).stdout
+    res = {}
+    for line in out.splitlines():
+        kv = dict(x.split("=", 1) for x in line.split())
+        res[kv["path"]] = {k: (int(v) if k != "path" else v) for k, v in kv.items()}
+    return res
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="examples-c/bin")
+    ap.add_argument("--load", default="target/embed/httpload")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3)
+    a = ap.parse_args()
+    uv, ev = f"{a.bin}/http_libuv", f"{a.bin}/http_libevent"
+    uvenv = {"UV_THREADPOOL_SIZE": "2"}
+    servers = [
+        ("libuv + wspool cq", uv, [], None),
+        ("libevent + wspool cq", ev, [], None),
+        ("libuv uv_queue_work (UV_THREADPOOL_SIZE=2)", uv, ["--uv-work"], uvenv),
+    ]
+
+    print(f"### HTTP mix: 61 conns /ping + 3 conns /sleep?ms=50, min_threads 2 (medians of {a.rounds} x {a.seconds:g} s)\n")
+    print("| server | /ping p50 (ms) | /ping p99 (ms) | /ping req/s | /sleep p50 (ms) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, b, args, env in servers:
+        rows = []
+        for _ in range(a.rounds):
+            p, port = start(b, "--threads", "2", *args, env=env)
+            r = load(a.load, port, a.seconds, "61:0:/ping", "3:0:/sleep?ms=50")
+            stop(p)
+            rows.append(r)
+        ping = [r["/ping"] for r in rows]
+        sl = [r["/sleep?ms=50"] for r in rows]
+        print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
+              f"| {med([x['ok'] for x in ping]) / a.seconds:,.0f} | {med([x['ok_p50_us'] for x in sl]) / 1000:.1f} |")
+
+    rate = 10000
+    print(f"\n### Server CPU per /ping: 64 conns, open loop {rate:,} req/s (medians of {a.rounds} x {a.seconds:g} s)\n")
+    print("| server | CPU per request (µs) | served | p99 (ms) |")
+    print("|---|---:|---:|---:|")
+    cpu_servers = [
+        ("libuv + wspool cq (spin default)", uv, [], None),
+        ("libuv + wspool cq (--spin-us 0)", uv, ["--spin-us", "0"], None),
+        ("libevent + wspool cq (spin default)", ev, [], None),
+        ("libuv uv_queue_work (UV_THREADPOOL_SIZE=2)", uv, ["--uv-work"], uvenv),
+    ]
+    for name, b, args, env in cpu_servers:
+        per, served, p99 = [], [], []
+        for _ in range(a.rounds):
+            p, port = start(b, "--threads", "2", *args, env=env)
+            load(a.load, port, 0.5, f"64:{rate}:/ping")  # warm-up
+            c0 = cpu_s(p.pid)
+            r = load(a.load, port, a.seconds, f"64:{rate}:/ping")["/ping"]
+            c1 = cpu_s(p.pid)
+            stop(p)
+            per.append((c1 - c0) / max(r["ok"], 1) * 1e6)
+            served.append(r["ok"])
+            p99.append(r["ok_p99_us"])
+        print(f"| {name} | {med(per):.1f} | {med(served):,.0f} | {med(p99) / 1000:.2f} |")
+
+    # Size /work to ~1 ms, then load it at ~2x what 2 threads can serve.
+    p, port = start(uv, "--threads", "2", "--target-us", "0")
+    n = 200000
+    r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
+    n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
+    r = load(a.load, port, 2, f"2:0:/work?n={n}")[f"/work?n={n}"]
+    stop(p)
+    capacity = r["ok"] / 2
+    offered = 2 * capacity
+    print(f"\n### Overload: /work?n={n} (~1 ms), capacity of 2 threads ≈ {capacity:,.0f} req/s, "
+          f"offered {offered:,.0f} req/s open loop over 64 conns; target 5 ms, interval 5 ms "
+          f"(medians of {a.rounds} x {a.seconds:g} s)\n")
+    print("| server | served/s | shed (503)/s | served p50 (ms) | served p99 (ms) | 503 p50 (ms) | 503 p99 (ms) | lost |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, b, args, env in servers[:2]:
+        rows = []
+        for _ in range(a.rounds):
+            p, port = start(b, "--threads", "2", "--target-us", "5000", "--interval-us", "5000", *args, env=env)
+            r = load(a.load, port, a.seconds, f"64:{offered:.0f}:/work?n={n}")[f"/work?n={n}"]
+            stop(p)  # asserts exit 0: every accepted request saw exactly one done
+            rows.append(r)
+        f = lambda k: med([x[k] for x in rows])  # noqa: E731
+        lost = med([x["sent"] - x["ok"] - x["shed"] - x["other"] for x in rows])
+        print(f"| {name} | {f('ok') / a.seconds:,.0f} | {f('shed') / a.seconds:,.0f} | {f('ok_p50_us') / 1000:.2f} "
+              f"| {f('ok_p99_us') / 1000:.2f} | {f('shed_p50_us') / 1000:.3f} | {f('shed_p99_us') / 1000:.3f} "
+              f"| {lost:.0f} in flight at the end |")
+
+
+if __name__ == "__main__":
+    main()

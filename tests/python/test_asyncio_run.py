@@ -1,0 +1,100 @@
+"""`await Pool.run(fn, *args)`: asyncio on a completion queue (issue 14)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import wspool
+
+from conftest import EVENTUALLY
+
+
+def test_run_returns_results_and_raises_exceptions() -> None:
+    async def main() -> None:
+        with wspool.Pool(min_threads=2, max_threads=2, growth="fixed") as pool:
+            assert await pool.run(pow, 2, 10) == 1024
+            with pytest.raises(ZeroDivisionError):
+                await pool.run(lambda: 1 / 0)
+            results = await asyncio.gather(*(pool.run(lambda i=i: i * i) for i in range(500)))
+            assert results == [i * i for i in range(500)]
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_work_runs_on_pool_threads_and_results_on_the_loop_thread() -> None:
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        seen: list[int] = []
+        with wspool.Pool(min_threads=2, max_threads=2, growth="fixed") as pool:
+            worker = await pool.run(threading.get_ident)
+            fut = asyncio.ensure_future(pool.run(wspool.current_index))
+            fut.add_done_callback(lambda _: seen.append(threading.get_ident()))
+            assert await fut is not None
+            await asyncio.sleep(0)
+        assert worker != loop_thread
+        assert seen == [loop_thread]
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_one_reader_per_loop_and_one_drain_per_batch() -> None:
+    async def main() -> None:
+        with wspool.Pool(min_threads=2, max_threads=2, growth="fixed") as pool:
+            finished: list[int] = []
+
+            def work(i: int) -> int:
+                finished.append(i)
+                return i
+
+            tasks = [asyncio.ensure_future(pool.run(work, i)) for i in range(50)]
+            await asyncio.sleep(0)  # every task submits its call
+            assert len(pool._cqs) == 1
+            cq = pool._cqs[asyncio.get_running_loop()]
+            # Block the loop (no await) while the pool finishes all 50 calls.
+            deadline = time.monotonic() + EVENTUALLY
+            while len(finished) < 50:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            time.sleep(0.1)  # each completion is queued right after its call returns
+            assert cq.drain() == 50, "one drain resolves the whole batch"
+            assert await asyncio.gather(*tasks) == list(range(50))
+            assert cq.pending() == 0
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_a_cancelled_await_does_not_break_the_queue() -> None:
+    async def main() -> None:
+        with wspool.Pool(min_threads=1, max_threads=1, growth="fixed") as pool:
+            t = asyncio.ensure_future(pool.run(time.sleep, 0.05))
+            await asyncio.sleep(0.01)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert await pool.run(lambda: 7) == 7
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_shutdown_cancel_cancels_pending_awaits() -> None:
+    async def main() -> None:
+        pool = wspool.Pool(min_threads=1, max_threads=1, growth="fixed")
+        gate = threading.Event()
+        first = asyncio.ensure_future(pool.run(gate.wait))
+        rest = [asyncio.ensure_future(pool.run(lambda: 1)) for _ in range(20)]
+        await asyncio.sleep(0.02)
+        stopper = threading.Thread(target=pool.shutdown, kwargs={"wait": True, "cancel_futures": True})
+        stopper.start()
+        await asyncio.sleep(0.02)
+        gate.set()
+        assert await first is True
+        done = await asyncio.gather(*rest, return_exceptions=True)
+        stopper.join(EVENTUALLY)
+        assert all(isinstance(d, asyncio.CancelledError) or d == 1 for d in done)
+        assert any(isinstance(d, asyncio.CancelledError) for d in done)
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
