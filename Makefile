@@ -46,12 +46,15 @@ help:
 # What `make test` installs, said before it does: nothing outside the
 # repository unless run as root, and then only Debian packages.
 test-announce:
-	@echo "make test: runs every suite (about 5 min on 2 cores once crates are fetched). It installs what it needs:"
+	@echo "make test: runs every suite (about 12 min on 2 cores once crates are fetched). It installs what it needs:"
 	@echo "  - crates through cargo, and the pinned cbindgen $(CBINDGEN_VERSION) into target/tools (header freshness check)"
-	@echo "  - maturin, pytest, pytest-timeout, mypy (pinned) into ./.venv, then the Python package"
+	@echo "  - rustup targets x86_64-apple-darwin and x86_64-pc-windows-gnu for cargo check (skipped if unavailable)"
+	@echo "  - maturin, pytest, pytest-timeout, mypy, and the real clients dask, uvloop, coverage (all pinned)"
+	@echo "    into ./.venv, then the Python package; prometheus_client (pinned) into target/embed/venv"
 	@echo "  - only when missing and only as root, Debian packages through apt-get: valgrind, pkg-config,"
-	@echo "    cmake (C install test), python3-venv; not root: valgrind/pkg-config missing stops the"
-	@echo "    suite with the package to install, cmake missing skips the CMake check with a message"
+	@echo "    cmake (C install test), python3-venv, libpython3.11-testsuite (CPython's executor tests),"
+	@echo "    libuv1-dev, libevent-dev, curl, apache2-utils, wrk (HTTP examples and their clients);"
+	@echo "    not root: a missing package stops its suite with the command to install it"
 
 ## Every test: Rust unit/integration tests, the loom models, then each layer's suite.
 test: test-announce test-rust test-rust-debug test-loom $(TEST_TARGETS)
