@@ -599,5 +599,6 @@ impl<T: Send + 'static> Drop for CompletionQueue<T> {
     }
 }
 
-#[cfg(test)]
+// The tests wait on the wake-up file descriptor, which exists on Unix only.
+#[cfg(all(test, unix))]
 mod tests;

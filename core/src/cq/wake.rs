@@ -104,8 +104,12 @@ impl Wake {
     /// Runs the wake callback (a no-op for an fd). A panic in it is caught:
     /// it runs on a pool thread that must not unwind.
     pub(crate) fn call(&self) {
-        if let Wake::Callback(f) = self {
-            let _ = catch_unwind(AssertUnwindSafe(f));
+        match self {
+            Wake::Callback(f) => {
+                let _ = catch_unwind(AssertUnwindSafe(f));
+            }
+            #[cfg(unix)]
+            Wake::Fd { .. } => {}
         }
     }
 }
