@@ -15,7 +15,7 @@ from conftest import EVENTUALLY
 
 def test_run_returns_results_and_raises_exceptions() -> None:
     async def main() -> None:
-        with wspool.Pool(min_threads=2, max_threads=2, growth="fixed") as pool:
+        with wspool.Pool(max_workers=2) as pool:
             assert await pool.run(pow, 2, 10) == 1024
             with pytest.raises(ZeroDivisionError):
                 await pool.run(lambda: 1 / 0)
@@ -29,7 +29,7 @@ def test_work_runs_on_pool_threads_and_results_on_the_loop_thread() -> None:
     async def main() -> None:
         loop_thread = threading.get_ident()
         seen: list[int] = []
-        with wspool.Pool(min_threads=2, max_threads=2, growth="fixed") as pool:
+        with wspool.Pool(max_workers=2) as pool:
             worker = await pool.run(threading.get_ident)
             fut = asyncio.ensure_future(pool.run(wspool.current_index))
             fut.add_done_callback(lambda _: seen.append(threading.get_ident()))
@@ -43,7 +43,7 @@ def test_work_runs_on_pool_threads_and_results_on_the_loop_thread() -> None:
 
 def test_one_reader_per_loop_and_one_drain_per_batch() -> None:
     async def main() -> None:
-        with wspool.Pool(min_threads=2, max_threads=2, growth="fixed") as pool:
+        with wspool.Pool(max_workers=2) as pool:
             finished: list[int] = []
 
             def work(i: int) -> int:
@@ -69,7 +69,7 @@ def test_one_reader_per_loop_and_one_drain_per_batch() -> None:
 
 def test_a_cancelled_await_does_not_break_the_queue() -> None:
     async def main() -> None:
-        with wspool.Pool(min_threads=1, max_threads=1, growth="fixed") as pool:
+        with wspool.Pool(max_workers=1) as pool:
             t = asyncio.ensure_future(pool.run(time.sleep, 0.05))
             await asyncio.sleep(0.01)
             t.cancel()
@@ -82,7 +82,7 @@ def test_a_cancelled_await_does_not_break_the_queue() -> None:
 
 def test_shutdown_cancel_cancels_pending_awaits() -> None:
     async def main() -> None:
-        pool = wspool.Pool(min_threads=1, max_threads=1, growth="fixed")
+        pool = wspool.Pool(max_workers=1)
         gate = threading.Event()
         first = asyncio.ensure_future(pool.run(gate.wait))
         rest = [asyncio.ensure_future(pool.run(lambda: 1)) for _ in range(20)]

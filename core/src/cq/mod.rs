@@ -117,6 +117,19 @@ pub enum CqRefusal {
     Shutdown,
 }
 
+impl std::fmt::Display for CqRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CqRefusal::Full => "completion queue refused the submission: its cap is reached",
+            CqRefusal::Closed => "completion queue refused the submission: it is closed",
+            CqRefusal::Rejected => "completion queue refused the submission: the pool's queue is full",
+            CqRefusal::Shutdown => "completion queue refused the submission: the pool is shut down",
+        })
+    }
+}
+
+impl std::error::Error for CqRefusal {}
+
 /// Options of a completion queue; `Default` is an unbounded queue with an
 /// fd wake-up and the overload signal on at its default parameters.
 pub struct CqOptions {
