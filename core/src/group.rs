@@ -225,7 +225,10 @@ impl Group {
 
     /// [`Group::bind`] for a task with a handle: the handle reports its
     /// panic, with the original payload.
-    pub(crate) fn bind_handled<T, F: FnOnce() -> T + Send + 'static>(&self, f: F) -> impl FnOnce() -> T + Send + 'static {
+    pub(crate) fn bind_handled<T, F: FnOnce() -> T + Send + 'static>(
+        &self,
+        f: F,
+    ) -> impl FnOnce() -> T + Send + 'static {
         let task = GroupTask { f, member: self.member() };
         move || {
             let GroupTask { f, member } = task;

@@ -93,7 +93,6 @@ impl JobRef {
         self.vtable.evictable
     }
 
-
     /// The pointer stored by [`JobRef::from_pointer`].
     ///
     /// # Safety

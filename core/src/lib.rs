@@ -59,8 +59,8 @@ pub use cq::{
 };
 pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::Group;
-pub use isolation::isolate;
 pub use growth::{blocking, blocking_begin, blocking_end};
+pub use isolation::isolate;
 pub use join::join;
 pub use pool::{Pool, Shutdown, SpawnOptions};
 pub use scope::Scope;

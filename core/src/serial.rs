@@ -133,7 +133,11 @@ impl SerialQueue {
     }
 
     /// `spawn`, counting the task toward `group` too.
-    pub(crate) fn spawn_in<F: FnOnce() + Send + 'static>(&self, group: Option<&Group>, f: F) -> Result<(), SpawnError<F>> {
+    pub(crate) fn spawn_in<F: FnOnce() + Send + 'static>(
+        &self,
+        group: Option<&Group>,
+        f: F,
+    ) -> Result<(), SpawnError<F>> {
         let registry = &self.inner.registry;
         // Held until the turn is queued: see `Registry::open_submission`.
         let _open = match registry.open_submission(registry.current_worker()) {

@@ -433,19 +433,12 @@ impl WorkerThread {
                 if region.is_some_and(|r| slot.counters.region.load(Relaxed) != r) {
                     continue;
                 }
-                match slot.stealer.steal_batch_and_pop(&self.deque) {
-                    Steal::Success(job) => {
-                        self.count(Source::Stolen);
-                        return Some(job);
-                    }
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
-                }
                 // A searcher also relieves a busy worker of the global work
                 // it took and has not started (a waiter must not: that is
                 // other regions' work).
-                if region.is_none() {
-                    match slot.inbox.steal_batch_and_pop(&self.inbox) {
+                let inbox = region.is_none().then_some((&slot.inbox, &self.inbox));
+                for (from, into) in std::iter::once((&slot.stealer, &self.deque)).chain(inbox) {
+                    match from.steal_batch_and_pop(into) {
                         Steal::Success(job) => {
                             self.count(Source::Stolen);
                             return Some(job);

@@ -234,11 +234,7 @@ fn group_handle_count_overflow_aborts() {
         return;
     }
     let run = run_child("group_handle_count_overflow_aborts", OVERFLOW_CHILD, Duration::from_secs(120));
-    assert!(
-        !run.status.success(),
-        "leaking 2^24 group handles must abort; the child exited normally: {}",
-        run.stdout
-    );
+    assert!(!run.status.success(), "leaking 2^24 group handles must abort; the child exited normally: {}", run.stdout);
     #[cfg(unix)]
     assert_eq!(run.signal(), Some(libc_sigabrt()), "expected an abort (SIGABRT), got {:?}", run.status);
     assert!(run.stderr.contains("count overflow"), "abort message missing; stderr: {}", run.stderr);
@@ -289,7 +285,13 @@ struct Accepted {
 
 /// Submits a mix of task kinds until the pool refuses one (it is shutting
 /// down) or `most` were accepted, so every round races the shutdown.
-fn submit_mix(pool: &Pool, group: &wspool::Group, queue: &wspool::SerialQueue, outcomes: &Arc<Outcomes>, most: usize) -> Accepted {
+fn submit_mix(
+    pool: &Pool,
+    group: &wspool::Group,
+    queue: &wspool::SerialQueue,
+    outcomes: &Arc<Outcomes>,
+    most: usize,
+) -> Accepted {
     let mut acc = Accepted { count: 0, refused: 0, handles: Vec::new() };
     for i in 0..most {
         let t = Tracked::new(outcomes);
@@ -304,7 +306,10 @@ fn submit_mix(pool: &Pool, group: &wspool::Group, queue: &wspool::SerialQueue, o
             },
             2 => group.spawn(move || t.run()).is_ok(),
             3 => queue.spawn(move || t.run()).is_ok(),
-            _ => match pool.submit_with(SpawnOptions { serial: Some(queue), group: Some(group), ..Default::default() }, move || t.run()) {
+            _ => match pool.submit_with(
+                SpawnOptions { serial: Some(queue), group: Some(group), ..Default::default() },
+                move || t.run(),
+            ) {
                 Ok(h) => {
                     acc.handles.push(h);
                     true

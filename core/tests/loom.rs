@@ -18,8 +18,8 @@
 #![allow(missing_docs)]
 
 use loom::sync::atomic::Ordering::{Acquire, Release, SeqCst};
-use loom::sync::{Arc, Condvar, Mutex};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, fence};
+use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
 use wspool::__loom::{Compensation, NO_REGION, Sleep, Wake};

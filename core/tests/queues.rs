@@ -153,8 +153,7 @@ fn serial_queues_interleave_fairly() {
 #[test]
 fn discard_oldest_never_evicts_a_serial_turn() {
     watchdog(HANG, "DiscardOldest with a serial turn queued", || {
-        let (pool, gate, _guard) =
-            held_single_worker(Pool::builder().queue_capacity(2).reject(Reject::DiscardOldest));
+        let (pool, gate, _guard) = held_single_worker(Pool::builder().queue_capacity(2).reject(Reject::DiscardOldest));
         let serial = Arc::new(Outcomes::default());
         let users = Arc::new(Outcomes::default());
         let q = pool.serial();
@@ -188,8 +187,7 @@ fn discard_oldest_never_evicts_a_serial_turn() {
 #[test]
 fn discard_oldest_never_evicts_a_scope_task() {
     watchdog(HANG, "DiscardOldest with a scope task queued", || {
-        let (pool, gate, _guard) =
-            held_single_worker(Pool::builder().queue_capacity(1).reject(Reject::DiscardOldest));
+        let (pool, gate, _guard) = held_single_worker(Pool::builder().queue_capacity(1).reject(Reject::DiscardOldest));
         let ran = AtomicBool::new(false);
         let users = Arc::new(Outcomes::default());
         let mut accepted = 0;

@@ -43,7 +43,12 @@ impl Compensation {
     /// wakes an idle worker (false if there was none), `lend` starts
     /// threads.
     pub fn enter(&self, has_work: impl FnOnce() -> bool, wake: impl FnOnce() -> bool, lend: impl FnOnce()) {
-        self.state.fetch_add(BLOCKED, SeqCst);
+        self.count_in(BLOCKED, has_work, wake, lend);
+    }
+
+    /// The handshake both kinds of entry share: count, fence, then look.
+    fn count_in(&self, unit: u64, has_work: impl FnOnce() -> bool, wake: impl FnOnce() -> bool, lend: impl FnOnce()) {
+        self.state.fetch_add(unit, SeqCst);
         fence(SeqCst);
         if has_work() && !wake() {
             lend();
@@ -60,11 +65,7 @@ impl Compensation {
     /// threads the pool is short (a waiter is compensated only when no
     /// thread at all is left to run the queued work).
     pub fn enter_wait(&self, has_work: impl FnOnce() -> bool, wake: impl FnOnce() -> bool, lend: impl FnOnce()) {
-        self.state.fetch_add(WAITING, SeqCst);
-        fence(SeqCst);
-        if has_work() && !wake() {
-            lend();
-        }
+        self.count_in(WAITING, has_work, wake, lend);
     }
 
     /// The waiter is awake again.

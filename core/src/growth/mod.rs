@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-
 pub(crate) mod compensation;
 mod monitor;
 mod sample;

@@ -1,160 +1,24 @@
-//! The pool's shared state: queues, worker slots, admission, shutdown.
-//!
-//! Worker slots are allocated once for `max_threads`; each holds the stealer
-//! half of a deque for its whole life, and the owner half while a thread
-//! occupies the slot. Threads come and go (growth, retirement) without ever
-//! reallocating what thieves read, so stealing needs no lock.
+//! Submission: the open-check and its in-flight ticket (what makes shutdown
+//! a closing point), admission against the queue capacity and the reject
+//! policy, and the one place a job enters a queue.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Instant;
 
-use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_deque::Steal;
 use crossbeam_utils::CachePadded;
 
-use crate::config::{Builder, Growth, Reject};
+use super::{Admission, DRAINING, RUNNING, Registry, drop_payload};
+use crate::config::{Growth, Reject};
 use crate::error::{SpawnError, SubmitErrorKind};
-use crate::growth::{Compensation, Monitor};
 use crate::job::{JobRef, JobVTable, Payload, Tag};
-use crate::latch::Signal;
-use crate::sleep::Sleep;
-use crate::stats::{self, QueueDelay, SharedCounters, Stats, WorkerCounters, bump};
-use crate::sync::lock;
+use crate::stats::{self, bump};
 use crate::worker::WorkerThread;
 
-pub(crate) const RUNNING: u8 = 0;
-pub(crate) const DRAINING: u8 = 1;
-pub(crate) const CANCELLING: u8 = 2;
-
-/// One worker position. See the module comment.
-pub(crate) struct Slot {
-    /// Thieves' half of the worker's LIFO deque (work its tasks spawned).
-    pub(crate) stealer: Stealer<JobRef>,
-    /// Thieves' half of the worker's FIFO inbox: global work it took in a
-    /// batch and has not started. Other workers take from it before the
-    /// injector (it is older), so global work starts in submission order
-    /// even when the worker that took it blocks.
-    pub(crate) inbox: Stealer<JobRef>,
-    /// The owner halves, parked here while no thread occupies the slot.
-    pub(crate) queues: Mutex<Option<LocalQueues>>,
-    /// A thread holds this slot (set before its thread starts, cleared
-    /// after it stops touching the slot).
-    pub(crate) occupied: AtomicBool,
-    pub(crate) counters: CachePadded<WorkerCounters>,
-    pub(crate) join: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// A worker's own queues, which travel to its thread and back to its slot.
-pub(crate) struct LocalQueues {
-    pub(crate) deque: Worker<JobRef>,
-    pub(crate) inbox: Worker<JobRef>,
-}
-
-/// How a submission is to be carried out, once admitted.
-pub(crate) enum Admission {
-    Queue,
-    RunOnCaller,
-}
-
-pub(crate) struct Registry {
-    pub(crate) config: Builder,
-    /// Cached `config.tracks_queue()`.
-    tracks_queue: bool,
-    pub(crate) injector: Injector<JobRef>,
-    pub(crate) slots: Box<[Slot]>,
-    pub(crate) sleep: Sleep,
-    /// Live worker threads (reserved before spawn, released at retirement).
-    pub(crate) threads: AtomicUsize,
-    /// Slots `[0, high_water)` may hold a thread; thieves scan only those.
-    pub(crate) high_water: AtomicUsize,
-    /// Threads in a blocking region, and the handshake that lends threads.
-    pub(crate) compensation: Compensation,
-    /// Threads started and not yet looking for work (their start hook may
-    /// still run). Admission counts them as about to take a task, although
-    /// the sleep state does not count them as searching yet.
-    pub(crate) starting: AtomicUsize,
-    /// Workers in a debounce spin: idle, but neither searching nor parked
-    /// (see `sleep/README.md`, rule 5). Kept apart from the sleep state so
-    /// submitters never read this line.
-    pub(crate) spinning: AtomicUsize,
-    /// Worker threads that have not finished exiting (shutdown waits on it).
-    pub(crate) running_threads: AtomicUsize,
-    pub(crate) exited: Signal,
-    /// RUNNING, DRAINING or CANCELLING.
-    pub(crate) state: AtomicU8,
-    /// Tasks waiting in the queues, kept exact only when `tracks_queue`.
-    queued: AtomicUsize,
-    /// Foreign submissions between their open-check and their push; see
-    /// [`InFlight`].
-    inflight: InFlight,
-    /// Submitters waiting for room (Reject::Block).
-    room: Signal,
-    pub(crate) counters: SharedCounters,
-    pub(crate) delay: QueueDelay,
-    pub(crate) monitor: Monitor,
-    /// The process that created the pool (a forked child must not join).
-    pub(crate) pid: u32,
-}
-
 impl Registry {
-    pub(crate) fn new(config: Builder) -> Registry {
-        let max = config.max_threads;
-        let slots = (0..max)
-            .map(|_| {
-                let deque = Worker::new_lifo();
-                let inbox = Worker::new_fifo();
-                Slot {
-                    stealer: deque.stealer(),
-                    inbox: inbox.stealer(),
-                    queues: Mutex::new(Some(LocalQueues { deque, inbox })),
-                    occupied: AtomicBool::new(false),
-                    counters: CachePadded::new(WorkerCounters::default()),
-                    join: Mutex::new(None),
-                }
-            })
-            .collect();
-        Registry {
-            tracks_queue: config.tracks_queue(),
-            config,
-            injector: Injector::new(),
-            slots,
-            sleep: Sleep::new(max),
-            threads: AtomicUsize::new(0),
-            high_water: AtomicUsize::new(0),
-            compensation: Compensation::default(),
-            starting: AtomicUsize::new(0),
-            spinning: AtomicUsize::new(0),
-            running_threads: AtomicUsize::new(0),
-            exited: Signal::default(),
-            state: AtomicU8::new(RUNNING),
-            queued: AtomicUsize::new(0),
-            inflight: InFlight::default(),
-            room: Signal::default(),
-            counters: SharedCounters::default(),
-            delay: QueueDelay::default(),
-            monitor: Monitor::default(),
-            pid: std::process::id(),
-        }
-    }
-
-    pub(crate) fn state(&self) -> u8 {
-        self.state.load(Acquire)
-    }
-
-    pub(crate) fn live_threads(&self) -> usize {
-        self.threads.load(SeqCst)
-    }
-
-    /// The worker this thread is, if it belongs to this pool.
-    pub(crate) fn current_worker(&self) -> Option<&WorkerThread> {
-        WorkerThread::current().filter(|w| std::ptr::eq(Arc::as_ptr(&w.registry), self))
-    }
-
-    // ---------------------------------------------------------------- submit
-
     /// Opens a submission: refused once shutdown began, except for pool
     /// threads of a draining pool (what they add is part of what is being
     /// drained). A foreign submitter holds an [`InFlight`] ticket until its
@@ -219,8 +83,7 @@ impl Registry {
                     self.queued.fetch_sub(1, SeqCst);
                     // A pool thread is refused at once: it must not wait for
                     // room that it may be the one to make (documented rule).
-                    if worker.is_none()
-                        && self.room.wait_until(|| self.has_room() || self.state() != RUNNING, deadline)
+                    if worker.is_none() && self.room.wait_until(|| self.has_room() || self.state() != RUNNING, deadline)
                     {
                         if self.state() != RUNNING {
                             return Err(SubmitErrorKind::Shutdown);
@@ -243,7 +106,7 @@ impl Registry {
 
     /// Threads with nothing to do, about to take a task: starting (their
     /// start hook may still run), searching, spinning or parked idle.
-    fn idle_or_starting(&self) -> usize {
+    pub(super) fn idle_or_starting(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
         searching + sleeping + self.spinning.load(SeqCst) + self.starting.load(SeqCst)
     }
@@ -435,147 +298,6 @@ impl Registry {
             }
         }
     }
-
-    // ------------------------------------------------------------- queries
-
-    /// Is there a job any worker could take right now?
-    pub(crate) fn has_visible_work(&self) -> bool {
-        if !self.injector.is_empty() {
-            return true;
-        }
-        let n = self.high_water.load(Acquire);
-        self.slots[..n].iter().any(|s| !s.stealer.is_empty() || !s.inbox.is_empty())
-    }
-
-    /// A draining pool is done: no foreign submission is on its way (read
-    /// first: such a one pushes before it leaves) and no job is visible.
-    pub(crate) fn drained(&self) -> bool {
-        self.inflight.is_empty() && !self.has_visible_work()
-    }
-
-    pub(crate) fn queued_now(&self) -> usize {
-        if self.tracks_queue {
-            return self.queued.load(SeqCst);
-        }
-        let n = self.high_water.load(Acquire);
-        self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len() + s.inbox.len()).sum::<usize>()
-    }
-
-    pub(crate) fn stats(&self) -> Stats {
-        let n = self.high_water.load(Acquire);
-        let mut st = Stats::default();
-        let sum = |f: fn(&WorkerCounters) -> u64| self.slots[..n].iter().map(|s| f(&s.counters)).sum::<u64>();
-        st.completed = sum(|c| c.completed.load(Relaxed)) + self.counters.completed_off_pool.sum();
-        st.local_pops = sum(|c| c.local_pops.load(Relaxed));
-        st.global_pops = sum(|c| c.global_pops.load(Relaxed));
-        st.steals = sum(|c| c.steals.load(Relaxed));
-        st.spin_hits = sum(|c| c.spin_hits.load(Relaxed));
-        st.spin_misses = sum(|c| c.spin_misses.load(Relaxed));
-        st.submitted = sum(|c| c.submitted.load(Relaxed)) + self.counters.submitted.sum();
-        st.spin_threshold_ns = self.slots[..n]
-            .iter()
-            .filter(|s| s.occupied.load(Relaxed))
-            .map(|s| s.counters.spin_threshold_ns.load(Relaxed))
-            .max()
-            .unwrap_or(0);
-        let threads = self.live_threads();
-        st.threads = threads as u32;
-        st.idle_threads = self.idle_or_starting().min(threads) as u32;
-        st.blocked_threads = (self.compensation.blocked() + self.compensation.waiting()) as u32;
-        st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
-        st.rejected = self.counters.rejected.sum();
-        st.cancelled = self.counters.cancelled.sum();
-        st.panicked = self.counters.panicked.sum();
-        st.threads_started = self.counters.threads_started.load(Relaxed);
-        st.threads_retired = self.counters.threads_retired.load(Relaxed);
-        st.starvation_injections = self.counters.starvation_injections.load(Relaxed);
-        st.spawn_failures = self.counters.spawn_failures.load(Relaxed);
-        st.unbalanced_blocking = self.counters.unbalanced_blocking.load(Relaxed);
-        st.queued = self.queued_now() as u64;
-        (st.queue_delay_p50_ns, st.queue_delay_p99_ns, st.queue_delay_max_ns) = self.delay.percentiles();
-        st
-    }
-
-    // ------------------------------------------------------------ shutdown
-
-    /// Moves to DRAINING or CANCELLING (never back), wakes everyone. A
-    /// draining pool keeps every growth mechanism (blocking regions lend
-    /// threads, the monitor watches) until its queues are empty; a
-    /// cancelling one stops growing.
-    pub(crate) fn begin_shutdown(self: &Arc<Self>, cancel: bool) {
-        let target = if cancel { CANCELLING } else { DRAINING };
-        self.state.fetch_max(target, SeqCst);
-        if cancel {
-            self.cancel_global_queue();
-            self.monitor.stop();
-        }
-        self.sleep.notify_all();
-        self.room.notify();
-    }
-
-    pub(crate) fn cancel_global_queue(&self) {
-        loop {
-            match self.injector.steal() {
-                Steal::Success(job) => {
-                    self.on_dequeue();
-                    self.cancel_job(job);
-                }
-                Steal::Empty => break,
-                Steal::Retry => continue,
-            }
-        }
-    }
-
-    /// Drops a job unrun (a panicking destructor is contained); counts it
-    /// if it was a user task that does not count itself.
-    pub(crate) fn cancel_job(&self, job: JobRef) {
-        match catch_unwind(AssertUnwindSafe(move || job.cancel())) {
-            Ok(true) => self.counters.cancelled.add(1),
-            Ok(false) => {}
-            Err(payload) => {
-                self.counters.cancelled.add(1);
-                drop_payload(payload);
-            }
-        }
-    }
-
-    /// Waits for every worker thread to exit, then joins them. On success
-    /// the pool is closed for good: every accepted job ran (drain) or was
-    /// cancelled (cancel).
-    pub(crate) fn wait_for_exit(&self, deadline: Option<Instant>) -> bool {
-        if !self.exited.wait_until(|| self.running_threads.load(SeqCst) == 0, deadline) {
-            return false;
-        }
-        self.monitor.stop();
-        for slot in self.slots.iter() {
-            if let Some(handle) = lock(&slot.join).take() {
-                let _ = handle.join();
-            }
-        }
-        self.monitor.join();
-        // Workers exit only once no admitted foreign submission is on its
-        // way, so nothing normally remains. What does (a job pushed by a
-        // pool thread of this pool after the last worker's final look; a
-        // worker that retired with jobs) is handled here, as the mode says.
-        while !self.inflight.is_empty() {
-            std::thread::yield_now();
-        }
-        loop {
-            match self.injector.steal() {
-                Steal::Success(job) if self.state() == CANCELLING => {
-                    self.on_dequeue();
-                    self.cancel_job(job);
-                }
-                Steal::Success(job) => {
-                    self.on_dequeue();
-                    self.run_on_caller(job);
-                }
-                Steal::Empty => break,
-                Steal::Retry => continue,
-            }
-        }
-        true
-    }
 }
 
 /// Foreign submissions in flight: between the check that the pool is open
@@ -593,24 +315,24 @@ impl Registry {
 /// run (drain) or cancelled (cancel) before shutdown returns. Pool threads
 /// take no ticket: they are alive and run their own deque before exiting.
 #[derive(Default)]
-struct InFlight {
+pub(super) struct InFlight {
     stripes: [CachePadded<AtomicUsize>; stats::STRIPES],
 }
 
 impl InFlight {
-    fn enter(&self) -> usize {
+    pub(super) fn enter(&self) -> usize {
         let stripe = stats::my_stripe();
         self.stripes[stripe].fetch_add(1, SeqCst);
         stripe
     }
 
-    fn leave(&self, stripe: usize) {
+    pub(super) fn leave(&self, stripe: usize) {
         self.stripes[stripe].fetch_sub(1, SeqCst);
     }
 
     /// Each stripe only counts its own threads' open submissions, so it is
     /// never negative, and all-zero means none is open.
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.stripes.iter().all(|s| s.load(SeqCst) == 0)
     }
 }
@@ -665,11 +387,4 @@ fn sampled(job: JobRef) -> JobRef {
     let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();
     // SAFETY: a leaked Box<Sampled> with its own vtable; Sampled is Send.
     unsafe { JobRef::from_pointer(data, vtable) }
-}
-
-/// Drops a panic payload, whose own destructor might panic.
-pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
-    if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        std::mem::forget(p);
-    }
 }
