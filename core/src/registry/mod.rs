@@ -80,9 +80,10 @@ pub(crate) struct Registry {
     /// the sleep state does not count them as searching yet.
     pub(crate) starting: AtomicUsize,
     /// Workers in a debounce spin: idle, but neither searching nor parked
-    /// (see `sleep/README.md`, rule 5). Kept apart from the sleep state so
-    /// submitters never read this line.
-    pub(crate) spinning: AtomicUsize,
+    /// (see `sleep/README.md`, rule 5). On a cache line of its own: spinners
+    /// write it once per spin, and it must not share a line with what every
+    /// submitter reads (`state`).
+    pub(crate) spinning: CachePadded<AtomicUsize>,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -129,7 +130,7 @@ impl Registry {
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),
             starting: AtomicUsize::new(0),
-            spinning: AtomicUsize::new(0),
+            spinning: CachePadded::new(AtomicUsize::new(0)),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),

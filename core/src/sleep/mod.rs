@@ -9,6 +9,8 @@ pub(crate) use debounce::Debounce;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, fence, lock_model as lock};
 
 /// One sleeping worker adds this to `Sleep::state`.
@@ -49,8 +51,9 @@ pub struct Sleep {
     /// Parked workers: idle ones, and waiters (see [`Lists`]).
     sleepers: Mutex<Lists>,
     /// `waiters.len()`, readable without the lock: a push checks it before
-    /// looking for a waiter of its region.
-    waiting: AtomicUsize,
+    /// looking for a waiter of its region. On a line of its own: waiters
+    /// write it at every park, submitters read `state` at every push.
+    waiting: CachePadded<AtomicUsize>,
     /// One parker per worker slot.
     parkers: Box<[Parker]>,
 }
@@ -78,7 +81,7 @@ impl Sleep {
         Sleep {
             state: AtomicU64::new(0),
             sleepers: Mutex::new(Lists { idle: Vec::with_capacity(slots), waiters: Vec::new() }),
-            waiting: AtomicUsize::new(0),
+            waiting: CachePadded::new(AtomicUsize::new(0)),
             parkers: (0..slots).map(|_| Parker::new()).collect(),
         }
     }
