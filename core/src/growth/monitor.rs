@@ -155,11 +155,13 @@ impl Monitor {
     /// Sleeps for `interval`; or, while `pool_idle()` holds, until kicked.
     /// `idle` is published before `pool_idle` is checked and `kick` reads it
     /// after waking a worker (both SeqCst), so a kick is never missed.
-    /// Returns false when stopped.
-    fn pause(&self, interval: Duration, pool_idle: impl Fn() -> bool) -> bool {
+    /// Returns `None` when stopped, else whether the pool was idle (the
+    /// monitor slept until kicked).
+    fn pause(&self, interval: Duration, pool_idle: impl Fn() -> bool) -> Option<bool> {
         let mut st = lock(&self.state);
         self.idle.store(true, SeqCst);
-        if pool_idle() {
+        let idled = pool_idle();
+        if idled {
             while !st.kicked && !st.stopped {
                 st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
@@ -169,7 +171,7 @@ impl Monitor {
             st = self.cv.wait_timeout(st, interval).unwrap_or_else(|p| p.into_inner()).0;
         }
         st.kicked = false;
-        !st.stopped
+        (!st.stopped).then_some(idled)
     }
 }
 
@@ -195,8 +197,18 @@ fn monitor_loop(weak: Weak<Registry>, params: Params) {
         // At max_threads there is nothing to add until a thread leaves:
         // look ten times less often (a pool can sit at max for long).
         let wait = if at_max { interval * 10 } else { interval };
-        if !registry.monitor.pause(wait, pool_idle) || registry.state() == CANCELLING {
+        let Some(idled) = registry.monitor.pause(wait, pool_idle) else { return };
+        if registry.state() == CANCELLING {
             return;
+        }
+        if idled {
+            // The pool went idle since the last tick: the busy phase it was
+            // judging is over, and what it learned (a probe's back-off, say)
+            // must not hold back the next one.
+            active = false;
+            controller.reset();
+            sampler.reset();
+            registry.monitor.cancel_retirements();
         }
         // At max_threads nothing can be added: skip before anything that
         // costs in proportion to the pool's size (the queue scan below

@@ -148,10 +148,25 @@ impl Sampler {
     /// Samples the next `SAMPLE_PER_TICK` occupied slots.
     pub(crate) fn sample(&mut self, registry: &Registry, now: Instant) {
         let n = registry.high_water.load(Relaxed).min(self.entries.len());
-        for _ in 0..n.min(SAMPLE_PER_TICK) {
+        // Free slots (threads retired since the pool was larger) are passed
+        // over without using up the tick's budget: otherwise the survivors of
+        // a shrink are read once every high_water / SAMPLE_PER_TICK ticks and
+        // blocking among them goes unseen for hundreds of ms. A pass over
+        // the `occupied` flags is one relaxed load per slot.
+        let mut sampled = 0;
+        for _ in 0..n {
+            if sampled == SAMPLE_PER_TICK {
+                break;
+            }
             if self.cursor >= n {
                 self.cursor = 0;
             }
+            if !registry.slots[self.cursor].occupied.load(Relaxed) {
+                self.record(self.cursor, None, now, asleep);
+                self.cursor += 1;
+                continue;
+            }
+            sampled += 1;
             let c = &registry.slots[self.cursor].counters;
             let clock = c.cpu_clock.load(Relaxed);
             let in_task = c.in_task.load(Relaxed);
