@@ -159,6 +159,24 @@ fn undeclared_sleeps_get_threads_with_and_without_the_hint() {
     }
 }
 
+/// After a burst of lent threads retired, the survivors sit among many free
+/// slots: undeclared blocking among them must still be seen (the sampler
+/// once spent its per-tick budget on free slots and injected nothing: 0
+/// injections in 500 ms, where a fresh pool got 62 in 45 ms).
+#[test]
+fn undeclared_blocking_after_a_shrink_still_gets_threads() {
+    let _serial = serial();
+    let pool = Pool::builder().min_threads(2).keep_alive(Duration::from_millis(200)).build().unwrap();
+    run_all(&pool, 100, || wspool::blocking(|| std::thread::sleep(Duration::from_millis(10))));
+    assert!(pool.stats().peak_threads > 50, "{:?}", pool.stats());
+    eventually(LONG, "the lent threads retire", || pool.stats().threads == 2);
+    let before = pool.stats().starvation_injections;
+    let time = run_all(&pool, 100, || std::thread::sleep(Duration::from_millis(10)));
+    let s = pool.stats();
+    println!("100 x 10 ms undeclared sleeps after a shrink: {time:?}, {} injections", s.starvation_injections - before);
+    assert!(s.starvation_injections > before, "no relief after the shrink: {s:?}");
+}
+
 /// Issue 11, defect 4: the signals are the pool's own. A neighbour pool
 /// spinning on both cores must not suppress relief for a pool whose
 /// workers all sleep (60 × 100 ms): it still grows to serve the backlog.
