@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use common::{Gate, OpenOnDrop, Outcomes, Tracked, eventually, in_child, run_child, watchdog};
+use common::{Gate, OpenOnDrop, Outcomes, Tracked, eventually, held_single_worker, in_child, run_child, watchdog};
 use wspool::{Growth, Pool, Reject, Shutdown, SpawnOptions, SubmitErrorKind, TaskState};
 
 const HANG: Duration = Duration::from_secs(10);
@@ -77,25 +77,7 @@ fn settle_then_check(dropped_at_return: bool, ran: &AtomicBool, dropped: &Mutex<
 #[test]
 fn scope_task_survives_discard_oldest_and_drops_captures_before_scope_returns() {
     watchdog(HANG, "scope with a task evicted by DiscardOldest", || {
-        let pool = Pool::builder()
-            .min_threads(1)
-            .growth(Growth::Fixed)
-            .queue_capacity(1)
-            .reject(Reject::DiscardOldest)
-            .build()
-            .unwrap();
-        let gate = Arc::new(Gate::default());
-        let _open = OpenOnDrop(gate.clone());
-        let started = Arc::new(AtomicBool::new(false));
-        {
-            let (gate, started) = (gate.clone(), started.clone());
-            pool.spawn(move || {
-                started.store(true, SeqCst);
-                gate.wait();
-            })
-            .unwrap();
-        }
-        eventually(HANG, "the only worker is busy", || started.load(SeqCst));
+        let (pool, gate, _open) = held_single_worker(Pool::builder().queue_capacity(1).reject(Reject::DiscardOldest));
         let dropped = Mutex::new(false);
         let ran = AtomicBool::new(false);
         pool.scope(|s| {
@@ -121,19 +103,7 @@ fn scope_task_survives_discard_oldest_and_drops_captures_before_scope_returns() 
 #[test]
 fn scope_task_survives_a_racing_cancel_shutdown() {
     watchdog(HANG, "scope racing Shutdown::Cancel", || {
-        let pool = Pool::builder().min_threads(1).growth(Growth::Fixed).build().unwrap();
-        let gate = Arc::new(Gate::default());
-        let _open = OpenOnDrop(gate.clone());
-        let started = Arc::new(AtomicBool::new(false));
-        {
-            let (gate, started) = (gate.clone(), started.clone());
-            pool.spawn(move || {
-                started.store(true, SeqCst);
-                gate.wait();
-            })
-            .unwrap();
-        }
-        eventually(HANG, "the only worker is busy", || started.load(SeqCst));
+        let (pool, gate, _open) = held_single_worker(Pool::builder());
         let dropped = Mutex::new(false);
         let ran = AtomicBool::new(false);
         let mut stopper = None;
@@ -176,25 +146,7 @@ impl Drop for SlowDropFlag {
 #[test]
 fn evicted_group_task_drops_its_captures_before_wait_returns() {
     watchdog(HANG, "group wait across an eviction", || {
-        let pool = Pool::builder()
-            .min_threads(1)
-            .growth(Growth::Fixed)
-            .queue_capacity(1)
-            .reject(Reject::DiscardOldest)
-            .build()
-            .unwrap();
-        let gate = Arc::new(Gate::default());
-        let _open = OpenOnDrop(gate.clone());
-        let started = Arc::new(AtomicBool::new(false));
-        {
-            let (gate, started) = (gate.clone(), started.clone());
-            pool.spawn(move || {
-                started.store(true, SeqCst);
-                gate.wait();
-            })
-            .unwrap();
-        }
-        eventually(HANG, "the only worker is busy", || started.load(SeqCst));
+        let (pool, gate, _open) = held_single_worker(Pool::builder().queue_capacity(1).reject(Reject::DiscardOldest));
         let dropped = Arc::new(AtomicBool::new(false));
         let group = pool.group();
         let capture = SlowDropFlag(dropped.clone());

@@ -11,29 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Gate, OpenOnDrop, Outcomes, Tracked, eventually, watchdog};
+use common::{Gate, OpenOnDrop, Outcomes, Tracked, eventually, held_single_worker, watchdog};
 use wspool::{Growth, Pool, Reject, SubmitErrorKind, TaskError};
 
 const HANG: Duration = Duration::from_secs(10);
-
-/// A 1-thread Fixed pool whose only worker is held by a gate task until
-/// the returned guard is dropped or the gate opened.
-fn held_single_worker(builder: wspool::Builder) -> (Pool, Arc<Gate>, OpenOnDrop) {
-    let pool = builder.min_threads(1).growth(Growth::Fixed).build().unwrap();
-    let gate = Arc::new(Gate::default());
-    let started = Arc::new(AtomicBool::new(false));
-    {
-        let (gate, started) = (gate.clone(), started.clone());
-        pool.spawn(move || {
-            started.store(true, SeqCst);
-            gate.wait();
-        })
-        .unwrap();
-    }
-    eventually(HANG, "the only worker is held", || started.load(SeqCst));
-    let guard = OpenOnDrop(gate.clone());
-    (pool, gate, guard)
-}
 
 // Issue 10.6, documented rule: a pool thread whose submission finds the
 // queue full gets `Rejected` at once under Block and BlockFor (it must not

@@ -172,3 +172,23 @@ pub fn run_child(name: &str, key: &str, limit: Duration) -> ChildRun {
     };
     ChildRun { status, stdout: out_reader.join().unwrap_or_default(), stderr: err_reader.join().unwrap_or_default() }
 }
+
+/// A 1-thread Fixed pool (from `builder`) whose only worker is held by a
+/// gate task until the returned guard drops or the gate opens: what is
+/// submitted next waits in the queue.
+pub fn held_single_worker(builder: wspool::Builder) -> (wspool::Pool, Arc<Gate>, OpenOnDrop) {
+    let pool = builder.min_threads(1).growth(wspool::Growth::Fixed).build().unwrap();
+    let gate = Arc::new(Gate::default());
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (gate, started) = (gate.clone(), started.clone());
+        pool.spawn(move || {
+            started.store(true, SeqCst);
+            gate.wait();
+        })
+        .unwrap();
+    }
+    eventually(Duration::from_secs(10), "the only worker is held", || started.load(SeqCst));
+    let guard = OpenOnDrop(gate.clone());
+    (pool, gate, guard)
+}
