@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Gate, OpenOnDrop, eventually, watchdog};
+use common::{Gate, OpenOnDrop, eventually, pool_with_one_free_worker, watchdog};
 use wspool::{Growth, Pool};
 
 const HANG: Duration = Duration::from_secs(10);
@@ -75,20 +75,9 @@ fn serial_queue_and_helping_do_not_deadlock() {
 #[test]
 fn mutex_held_across_a_group_wait_does_not_self_deadlock() {
     watchdog(HANG, "a task holding a mutex waits on a group; another task locks it", || {
-        let pool = fixed(2);
+        // Y holds one of the two workers for 200 ms.
+        let (pool, group) = pool_with_one_free_worker();
         let m = Arc::new(Mutex::new(0u32));
-        let group = pool.group();
-        let y_started = Arc::new(AtomicBool::new(false));
-        {
-            let ys = y_started.clone();
-            group
-                .spawn(move || {
-                    ys.store(true, SeqCst);
-                    std::thread::sleep(Duration::from_millis(200));
-                })
-                .unwrap();
-        }
-        eventually(HANG, "Y runs on a worker", || y_started.load(SeqCst));
         let holding = Arc::new(AtomicBool::new(false));
         let t1 = {
             let (m, group, holding) = (m.clone(), group.clone(), holding.clone());
@@ -123,19 +112,8 @@ thread_local! {
 #[test]
 fn a_wait_inside_a_blocking_region_runs_no_other_task() {
     watchdog(HANG, "wait inside blocking()", || {
-        let pool = fixed(2);
-        let group = pool.group();
-        let y_started = Arc::new(AtomicBool::new(false));
-        {
-            let ys = y_started.clone();
-            group
-                .spawn(move || {
-                    ys.store(true, SeqCst);
-                    std::thread::sleep(Duration::from_millis(200));
-                })
-                .unwrap();
-        }
-        eventually(HANG, "Y runs on a worker", || y_started.load(SeqCst));
+        // Y holds one of the two workers for 200 ms.
+        let (pool, group) = pool_with_one_free_worker();
         let waiting = Arc::new(AtomicBool::new(false));
         let t1 = {
             let (group, waiting) = (group.clone(), waiting.clone());

@@ -12,31 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, watchdog};
-use wspool::{Growth, Pool};
+use common::{eventually, pool_with_one_free_worker, watchdog};
 
 const HANG: Duration = Duration::from_secs(10);
 
 thread_local! {
     /// Set while a test task is inside its isolated wait on this thread.
     static IN_WAIT: Cell<bool> = const { Cell::new(false) };
-}
-
-/// A Fixed 2-thread pool with one worker held for 200 ms by a task of
-/// `group`, so the other worker is the only one free.
-fn pool_with_one_free_worker() -> (Pool, wspool::Group) {
-    let pool = Pool::builder().min_threads(2).growth(Growth::Fixed).build().unwrap();
-    let group = pool.group();
-    let started = Arc::new(AtomicBool::new(false));
-    let s = started.clone();
-    group
-        .spawn(move || {
-            s.store(true, SeqCst);
-            std::thread::sleep(Duration::from_millis(200));
-        })
-        .unwrap();
-    eventually(HANG, "one worker is held", || started.load(SeqCst));
-    (pool, group)
 }
 
 // Issue 10.2: a wait inside `isolate` never runs a task from outside the

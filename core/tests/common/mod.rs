@@ -192,3 +192,20 @@ pub fn held_single_worker(builder: wspool::Builder) -> (wspool::Pool, Arc<Gate>,
     let guard = OpenOnDrop(gate.clone());
     (pool, gate, guard)
 }
+
+/// A Fixed 2-thread pool with one worker held for 200 ms by a task of
+/// `group`, so the other worker is the only one free.
+pub fn pool_with_one_free_worker() -> (wspool::Pool, wspool::Group) {
+    let pool = wspool::Pool::builder().min_threads(2).growth(wspool::Growth::Fixed).build().unwrap();
+    let group = pool.group();
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = started.clone();
+    group
+        .spawn(move || {
+            s.store(true, SeqCst);
+            std::thread::sleep(Duration::from_millis(200));
+        })
+        .unwrap();
+    eventually(Duration::from_secs(10), "one worker is held", || started.load(SeqCst));
+    (pool, group)
+}
