@@ -193,6 +193,11 @@
 #define WSPOOL_TASK_CANCELLED 3
 
 /**
+ * Size, in 8-byte words, of `wspool_group_storage`.
+ */
+#define WSPOOL_GROUP_STORAGE_WORDS 24
+
+/**
  * Size of the first published `wspool_stats` layout (up to `queue_delay_max_ns`): the smallest accepted.
  */
 #define WSPOOL_STATS_MIN_SIZE 168
@@ -386,6 +391,18 @@ typedef struct wspool_submit_opts {
    */
   struct wspool_serial *serial;
 } wspool_submit_opts;
+
+/**
+ * Memory for a group placed by `wspool_group_init`: declare one (on the stack, in a struct),
+ * pass its address to `wspool_group_init`, and keep it, unmoved and untouched, until
+ * `wspool_group_fini` returned. Its contents are private to the library.
+ */
+typedef struct wspool_group_storage {
+  /**
+   * Opaque: never read or written by the caller.
+   */
+  uint64_t opaque[WSPOOL_GROUP_STORAGE_WORDS];
+} wspool_group_storage;
 
 /**
  * A snapshot of a pool's counters. Set `struct_size` before `wspool_stats_get`.
@@ -696,6 +713,16 @@ void wspool_task_release(struct wspool_task *t);
 int wspool_group_create(struct wspool *pool, struct wspool_group **out);
 
 /**
+ * Places a task group on `pool` in `storage`, without allocating, and stores its handle in
+ * `*out` (NULL on failure; the handle is `storage`'s address). Use it like a created group
+ * (`wspool_group_submit`, `wspool_submit_ex`'s `opts.group`, `wspool_group_wait`), then call
+ * `wspool_group_fini` (never `wspool_group_destroy`) before `storage` goes out of scope, is
+ * reused or freed: `storage` must stay where it is and untouched until then. Like a created
+ * group, it may outlive its pool: submissions then fail with `WSPOOL_ESHUTDOWN`.
+ */
+int wspool_group_init(struct wspool_group_storage *storage, struct wspool *pool, struct wspool_group **out);
+
+/**
  * Submits `fn(arg)` to the group's pool, counted in the group: shorthand for `wspool_submit_ex`
  * with `opts.group = g` and no `on_cancel`. Ownership of `arg` as for `wspool_submit`: on
  * `WSPOOL_OK` the pool owns it until `fn(arg)` returns; on any error the caller keeps it. A task
@@ -707,17 +734,31 @@ int wspool_group_submit(struct wspool_group *g, wspool_fn fn, void *arg);
 /**
  * Waits up to `timeout_ms` (-1 = forever, 0 = poll) until every task of the group has finished
  * (ran, or was cancelled and its `on_cancel` returned): `WSPOOL_OK`, else `WSPOOL_ETIMEDOUT`.
- * On a pool thread an untimed wait (-1) runs work of the waiter's own isolation region meanwhile (the
- * group's tasks it forked, see docs/helping.md); a timed wait, or a wait in a blocking region, runs
- * nothing.
+ * On a pool thread an untimed wait (-1) runs work of the waiter's own isolation region meanwhile:
+ * first the newest jobs of its own deque (the group's tasks it just submitted), then the rest of
+ * its region (see docs/helping.md); a timed wait, or a wait in a blocking region, runs nothing.
+ * A task must not wait for its own group: it would wait for itself.
  */
 int wspool_group_wait(struct wspool_group *g, int64_t timeout_ms);
 
 /**
- * Frees the group handle; tasks still pending keep running (the group is freed after the last).
- * NULL is a no-op.
+ * Frees a group made by `wspool_group_create`; tasks still pending keep running (the group is
+ * freed after the last). NULL is a no-op; a group placed by `wspool_group_init` is left alone
+ * (an error for `wspool_last_error`): finalise it with `wspool_group_fini`.
  */
 void wspool_group_destroy(struct wspool_group *g);
+
+/**
+ * Finalises a group placed by `wspool_group_init`: waits, like an untimed `wspool_group_wait`
+ * (helping on a pool thread), until every task of the group has finished (ran, or was cancelled
+ * and its `on_cancel` returned), then releases the group. When it returns `WSPOOL_OK` nothing
+ * touches the storage any more: it may go out of scope, be reused or freed. Must be called once
+ * per `wspool_group_init`, not from a task of the group (it would wait for itself).
+ * `WSPOOL_EINVAL` for a group from `wspool_group_create` (use `wspool_group_destroy`);
+ * `WSPOOL_EFORKED` in a child of `fork()` for a group placed before it (the storage is then
+ * left as it is: the parent's threads are gone, so nothing runs its tasks).
+ */
+int wspool_group_fini(struct wspool_group *g);
 
 /**
  * Creates a serial queue on `pool` (FIFO, at most one of its tasks running at a time; queued

@@ -37,7 +37,7 @@ C_TEST_BIN := tests/c/bin
 # The C test programs (one translation unit each, sharing tests/c/harness.h):
 # test_wspool covers every API function, test_lifecycle and test_shutdown the
 # lifecycle rules and races of issue 9.
-C_TESTS := test_wspool test_lifecycle test_shutdown
+C_TESTS := test_wspool test_lifecycle test_shutdown test_groups
 C_SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 C_SAN_TSAN := -fsanitize=thread
 

@@ -2,7 +2,8 @@
  * Every bench binary prints lines "KEY VALUE" that report.py aggregates:
  *   W1_mtps   flood: 1,000,000 tiny tasks from one foreign thread, M tasks/s
  *   W2_ms     fork-join fib(25), every level forked, ms
- *   W2g_ms    the same with groups (wspool only), ms
+ *   W2g_ms    the same with a group per join placed on the stack (wspool only), ms
+ *   W2gh_ms   the same with a heap group per join (wspool only), ms
  *   W3_p50_us / W3_p99_us   ping-pong: submit one task, wait for it, 50,000 times
  *   W4_mtps   nested: 200 roots each spawn 1,000 children and wait, M tasks/s
  *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 */

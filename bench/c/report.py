@@ -7,8 +7,9 @@ from collections import defaultdict
 
 ROWS = [
     ("W1_mtps", "W1 flood, M tasks/s (higher is better)", True),
-    ("W2_ms", "W2 fork-join fib(25), ms (join; lower is better)", False),
-    ("W2g_ms", "W2 fork-join fib(25), ms (groups)", False),
+    ("W2_ms", "W2 fork-join fib(25), ms (wspool_join; oneTBB: task_group; lower is better)", False),
+    ("W2g_ms", "W2 fork-join fib(25), ms (a group per join, wspool_group_init on the stack)", False),
+    ("W2gh_ms", "W2 fork-join fib(25), ms (a heap group per join: wspool_group_create)", False),
     ("W3_p50_us", "W3 ping-pong p50, µs (lower is better)", False),
     ("W3_p99_us", "W3 ping-pong p99, µs", False),
     ("W3h_p50_us", "W3 OpenMP hand-off variant p50, µs (see note)", False),
@@ -59,6 +60,9 @@ def main(path, reps):
         best = min(c_peers, key=lambda p: med[(p, "W3_p50_us")])
         r = ratio("W3_p50_us", best)
         checks.append(f"W3 p50: wspool / best peer ({best}) = {r:.2f}x (target <= 0.5x): {'met' if r <= 0.5 else 'NOT met'}")
+    if ("wspool", "W2g_ms") in med and ("tbb", "W2_ms") in med:
+        r = med[("wspool", "W2g_ms")] / med[("tbb", "W2_ms")]
+        checks.append(f"W2 groups: wspool (wspool_group_init) / oneTBB task_group = {r:.2f}x (target <= 0.5x): {'met' if r <= 0.5 else 'NOT met'}")
     r = ratio("W4_mtps", "tbb")
     if r is not None:
         checks.append(f"W4: wspool / oneTBB = {r:.2f}x (target >= 1x): {'met' if r >= 1 else 'NOT met'}")

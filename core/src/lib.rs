@@ -58,7 +58,7 @@ pub use cq::{
     DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET,
 };
 pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
-pub use group::Group;
+pub use group::{Group, GroupPlace, LocalGroup};
 pub use growth::{blocking, blocking_begin, blocking_end};
 pub use isolation::isolate;
 pub use join::join;

@@ -108,7 +108,7 @@ impl Pool {
         Ok(pool)
     }
 
-    fn registry(&self) -> &Arc<Registry> {
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.inner.registry
     }
 

@@ -1,4 +1,4 @@
-/* A tiny test harness shared by the C test programs (test_wspool.c,
+/* A tiny test harness shared by the C test programs (test_wspool.c, test_groups.c,
  * test_lifecycle.c, test_shutdown.c): CHECK macros usable from any thread, a
  * gate to hold workers, polling helpers, accounted task slots, a hang guard.
  * Each program is one translation unit, so everything here is static inline.
