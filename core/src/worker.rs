@@ -226,8 +226,8 @@ impl WorkerThread {
             }
             let keep_alive =
                 (registry.live_threads() > registry.config.min_threads).then_some(registry.config.keep_alive);
-            let wake = registry.sleep.park(self.index, searching, keep_alive, || {
-                registry.state() != crate::registry::RUNNING || registry.has_visible_work()
+            let wake = registry.sleep.park(self.index, searching, keep_alive, |scan| {
+                registry.state() != crate::registry::RUNNING || (scan && registry.has_visible_work())
             });
             searching = true;
             match wake {
