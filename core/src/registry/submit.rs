@@ -411,7 +411,7 @@ impl Sampled {
         // SAFETY: a leaked Box<Sampled>, consumed once.
         let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Sampled>().as_ptr()) };
         if let Some(worker) = WorkerThread::current() {
-            worker.registry.delay.record(this.submitted_at);
+            worker.registry.delay.record(worker.index, this.submitted_at);
         }
         // The inner job's answer: a tombstone stays uncounted.
         this.job.run()
