@@ -12,8 +12,10 @@
 //!    from the injector into the inbox. Global work therefore starts in
 //!    submission order, and a worker that blocks holds none of it hostage;
 //! 4. only a worker admitted as a *searcher* (at most half the pool, see
-//!    `sleep/README.md`) steals a batch from another worker, starting at a
-//!    random victim, retrying while any victim answered `Steal::Retry`.
+//!    `sleep/README.md`) steals from another worker, starting at a random
+//!    victim, retrying while any victim answered `Steal::Retry`: one job
+//!    from its deque (the oldest, the biggest piece of a fork-join tree, as
+//!    rayon does), else a batch from its inbox (global work).
 //!
 //! Threads injected by the starvation monitor swap 3 and 4: they take work
 //! already in flight before new global work, which is the fix seed 000 asks
@@ -226,8 +228,8 @@ impl WorkerThread {
             }
             let keep_alive =
                 (registry.live_threads() > registry.config.min_threads).then_some(registry.config.keep_alive);
-            let wake = registry.sleep.park(self.index, searching, keep_alive, || {
-                registry.state() != crate::registry::RUNNING || registry.has_visible_work()
+            let wake = registry.sleep.park(self.index, searching, keep_alive, |scan| {
+                registry.state() != crate::registry::RUNNING || (scan && registry.has_visible_work())
             });
             searching = true;
             match wake {
@@ -412,7 +414,7 @@ impl WorkerThread {
         }
     }
 
-    /// Steals a batch from another worker. With `region`, only from
+    /// Steals from another worker (see the module comment). With `region`, only from
     /// workers whose current top-level task is of that region (a waiter
     /// looking for its own subtree).
     pub(crate) fn steal(&self, region: Option<Tag>) -> Option<JobRef> {
@@ -436,9 +438,17 @@ impl WorkerThread {
                 // A searcher also relieves a busy worker of the global work
                 // it took and has not started (a waiter must not: that is
                 // other regions' work).
-                let inbox = region.is_none().then_some((&slot.inbox, &self.inbox));
-                for (from, into) in std::iter::once((&slot.stealer, &self.deque)).chain(inbox) {
-                    match from.steal_batch_and_pop(into) {
+                // From a deque, one job: the oldest, which in a fork-join
+                // tree is the biggest piece (rayon's choice); half the deque
+                // would take the jobs its owner is about to wait for, and
+                // both would then wait on each other's batches. From an
+                // inbox, a batch: global work is independent.
+                let from_deque = || slot.stealer.steal();
+                let from_inbox = || {
+                    if region.is_none() { slot.inbox.steal_batch_and_pop(&self.inbox) } else { Steal::Empty }
+                };
+                for attempt in [&from_deque as &dyn Fn() -> Steal<JobRef>, &from_inbox] {
+                    match attempt() {
                         Steal::Success(job) => {
                             self.count(Source::Stolen);
                             return Some(job);

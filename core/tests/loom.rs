@@ -101,7 +101,7 @@ fn worker(sleep: &Sleep, take: &dyn Fn() -> bool, has_work: &dyn Fn() -> bool, i
             }
             continue;
         }
-        let wake = sleep.park(index, searching, None, has_work);
+        let wake = sleep.park(index, searching, None, |scan| scan && has_work());
         assert_eq!(wake, Wake::Notified);
         searching = true;
     }
@@ -216,7 +216,7 @@ fn timed_park_and_retirement_lose_no_job() {
                 }
                 return;
             }
-            match s.park(0, true, Some(std::time::Duration::from_millis(1)), || q.has_work()) {
+            match s.park(0, true, Some(std::time::Duration::from_millis(1)), |scan| scan && q.has_work()) {
                 Wake::Notified => {
                     if q.take() {
                         t.fetch_add(1, SeqCst);
@@ -237,7 +237,7 @@ fn timed_park_and_retirement_lose_no_job() {
                     t.fetch_add(1, SeqCst);
                     break;
                 }
-                s.park(1, searching, None, || q.has_work() || t.load(SeqCst) != 0);
+                s.park(1, searching, None, |scan| (scan && q.has_work()) || t.load(SeqCst) != 0);
                 searching = true;
             }
             let _ = searching;
@@ -268,7 +268,7 @@ fn shutdown_races_park() {
         let w = thread::spawn(move || {
             let mut searching = true;
             while !c.load(SeqCst) {
-                s.park(0, searching, None, || c.load(SeqCst));
+                s.park(0, searching, None, |_| c.load(SeqCst));
                 searching = true;
             }
             if searching {
@@ -410,4 +410,63 @@ fn blocking_enter_leave_balance() {
         }
         assert_eq!((comp.blocked(), comp.waiting()), (0, 0));
     });
+}
+
+/// Issue 10 item 9: only the last searcher to park scans the queues. Worker
+/// 1 searches; worker 2 was refused the search (the cap) and parks without
+/// a scan while worker 1 still searches. The owner pushes onto its own
+/// deque and blocks until the job has run: whichever way the push, the
+/// offer and the two parks interleave, someone runs it (worker 1 scans when
+/// it parks as the last searcher, or the offer wakes a sleeper).
+#[test]
+fn only_the_last_searcher_scans_before_parking() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let sleep = Arc::new(Sleep::new(3));
+        let deque = Arc::new(Deque::default());
+        let done = Arc::new(Done::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        sleep.add_searcher();
+        let idle: Vec<_> = [(1, true), (2, false)]
+            .into_iter()
+            .map(|(index, searching)| {
+                let (s, d, f, st) = (sleep.clone(), deque.clone(), done.clone(), stop.clone());
+                thread::spawn(move || idle_worker(&s, &d, &f, &st, index, searching))
+            })
+            .collect();
+        deque.push();
+        sleep.notify_after_local_push(7);
+        done.wait();
+        stop.store(true, SeqCst);
+        sleep.notify_all();
+        for w in idle {
+            w.join().unwrap();
+        }
+        assert_eq!(sleep.counts(), (0, 0));
+    });
+}
+
+/// An idle worker of the model above: takes the job if it is there, else
+/// parks as `main_loop` does (a searcher or not); leaves on `stop`.
+fn idle_worker(sleep: &Sleep, deque: &Deque, done: &Done, stop: &AtomicBool, index: usize, mut searching: bool) {
+    loop {
+        if deque.take() {
+            done.set();
+            if searching {
+                searching = false;
+                if sleep.stop_searching() && !deque.is_empty() {
+                    sleep.notify_one();
+                }
+            }
+        }
+        if stop.load(SeqCst) {
+            break;
+        }
+        sleep.park(index, searching, None, |scan| stop.load(SeqCst) || (scan && !deque.is_empty()));
+        searching = true;
+    }
+    if searching {
+        sleep.stop_searching();
+    }
 }

@@ -192,7 +192,7 @@ impl Registry {
         st.steals = sum(|c| c.steals.load(Relaxed));
         st.spin_hits = sum(|c| c.spin_hits.load(Relaxed));
         st.spin_misses = sum(|c| c.spin_misses.load(Relaxed));
-        st.submitted = sum(|c| c.submitted.load(Relaxed)) + self.counters.submitted.sum();
+        st.submitted = sum(|c| c.submitted.load(Relaxed)) + self.counters.submitted.sum() + self.inflight.submitted();
         st.spin_threshold_ns = self.slots[..n]
             .iter()
             .filter(|s| s.occupied.load(Relaxed))

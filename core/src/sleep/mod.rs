@@ -279,26 +279,33 @@ impl Sleep {
     }
 
     /// Parks worker `index`. `was_searching` says whether it currently counts
-    /// as a searcher. `has_work` re-scans the queues after the worker is
-    /// registered as sleeping (this closes the race with a submitter that saw
-    /// it searching). `timeout` bounds the sleep (idle retirement).
+    /// as a searcher. After the worker is registered as sleeping,
+    /// `recheck(scan_queues)` says whether to stay awake: it must always
+    /// check what ends a sleep without a push (shutdown), and scan the
+    /// queues only when `scan_queues`, which is when no searcher remains
+    /// (tokio's rule: only the last searcher to park scans). That closes the
+    /// race with a submitter that read `state` before this registration: it
+    /// either saw a searcher, which scans before it parks or stops searching
+    /// (`stop_searching`), or saw none, and then this worker scans. So n
+    /// workers going idle together cost one scan of every queue, not n.
+    /// `timeout` bounds the sleep (idle retirement).
     pub fn park(
         &self,
         index: usize,
         was_searching: bool,
         timeout: Option<Duration>,
-        has_work: impl Fn() -> bool,
+        recheck: impl Fn(bool) -> bool,
     ) -> Wake {
-        {
+        let searchers_left = {
             let mut lists = lock(&self.sleepers);
             lists.idle.push(index);
             let delta = if was_searching { SLEEPER.wrapping_sub(SEARCHER) } else { SLEEPER };
-            self.state.fetch_add(delta, SeqCst);
-        }
+            searching(self.state.fetch_add(delta, SeqCst).wrapping_add(delta))
+        };
         // Registered as sleeping before the re-scan below: pairs with the
         // fence (or SeqCst push) a submitter issues before reading `state`.
         fence(SeqCst);
-        if has_work() && self.cancel_sleep(index) {
+        if recheck(searchers_left == 0) && self.cancel_sleep(index) {
             return Wake::Notified;
         }
         let parker = &self.parkers[index];
@@ -379,7 +386,7 @@ mod tests {
         sleep.add_searcher();
         assert!(!sleep.notify_one(), "nobody sleeps yet");
         let s2 = sleep.clone();
-        let t = std::thread::spawn(move || s2.park(0, true, None, || false));
+        let t = std::thread::spawn(move || s2.park(0, true, None, |_| false));
         while sleep.counts().1 == 0 {
             std::thread::yield_now();
         }
@@ -395,7 +402,7 @@ mod tests {
     #[test]
     fn park_times_out_and_counts_as_searching() {
         let sleep = Sleep::new(1);
-        let r = sleep.park(0, false, Some(Duration::from_millis(5)), || false);
+        let r = sleep.park(0, false, Some(Duration::from_millis(5)), |_| false);
         assert_eq!(r, Wake::TimedOut);
         assert_eq!(sleep.counts(), (1, 0));
         assert!(sleep.stop_searching());
@@ -404,7 +411,7 @@ mod tests {
     #[test]
     fn park_rechecks_work_before_sleeping() {
         let sleep = Sleep::new(1);
-        let r = sleep.park(0, false, None, || true);
+        let r = sleep.park(0, false, None, |scan| scan);
         assert_eq!(r, Wake::Notified);
         assert_eq!(sleep.counts(), (1, 0));
     }
@@ -428,7 +435,7 @@ mod tests {
                 let s = sleep.clone();
                 let d = done.clone();
                 std::thread::spawn(move || {
-                    let w = s.park(i, false, None, || false);
+                    let w = s.park(i, false, None, |_| false);
                     d.store(true, Ordering::SeqCst);
                     w
                 })
