@@ -154,7 +154,8 @@ pub unsafe extern "C" fn wspool_group_destroy(g: *mut wspool_group) {
 /// (helping on a pool thread), until every task of the group has finished (ran, or was cancelled
 /// and its `on_cancel` returned), then releases the group. When it returns `WSPOOL_OK` nothing
 /// touches the storage any more: it may go out of scope, be reused or freed. Must be called once
-/// per `wspool_group_init`, not from a task of the group (it would wait for itself).
+/// per `wspool_group_init`, after every other call on the group (a wait or submit on another
+/// thread) has returned, and not from a task of the group (it would wait for itself).
 /// `WSPOOL_EINVAL` for a group from `wspool_group_create` (use `wspool_group_destroy`);
 /// `WSPOOL_EFORKED` in a child of `fork()` for a group placed before it (the storage is then
 /// left as it is: the parent's threads are gone, so nothing runs its tasks).
