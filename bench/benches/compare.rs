@@ -369,6 +369,21 @@ fn fib_ws_group(p: &wspool::Pool, n: u32) -> u64 {
     slot.load(Ordering::Relaxed) + b
 }
 
+fn fib_ws_group_scope(p: &wspool::Pool, n: u32) -> u64 {
+    if n < 2 {
+        return n as u64;
+    }
+    let slot = Arc::new(AtomicU64::new(0));
+    let b = p.group_scope(|g| {
+        let (p2, s2) = (p.clone(), slot.clone());
+        g.spawn(move || s2.store(fib_ws_group_scope(&p2, n - 1), Ordering::Relaxed)).expect("group spawn");
+        let b = fib_ws_group_scope(p, n - 2);
+        g.wait().expect("group wait");
+        b
+    });
+    slot.load(Ordering::Relaxed) + b
+}
+
 fn fib_ws_handle(p: &wspool::Pool, n: u32) -> u64 {
     if n < 2 {
         return n as u64;
@@ -405,7 +420,7 @@ fn w2_fib(cfg: &Config, report: &mut Report) {
     let th = cfg.threads;
     let ms = |dt: Duration| dt.as_secs_f64() * 1e3;
     let mut wss: Vec<wspool::Pool> =
-        ["wsb2j", "wsb2s", "wsb2g", "wsb2h"].iter().map(|name| ws_pool(name, th)).collect();
+        ["wsb2j", "wsb2s", "wsb2g", "wsb2l", "wsb2h"].iter().map(|name| ws_pool(name, th)).collect();
     // The same `join` on a pool that cannot grow: shows what growth costs here.
     wss.push(
         wspool::Pool::builder()
@@ -419,13 +434,18 @@ fn w2_fib(cfg: &Config, report: &mut Report) {
     let mut cs: Vec<Contender<'_, f64>> = Vec::new();
     {
         type Fib = fn(&wspool::Pool, u32) -> u64;
-        let variants: [(&str, &str, Fib); 5] = [
+        let variants: [(&str, &str, Fib); 6] = [
             ("wspool join", "`Pool::join` at every level, started by one `submit` + `wait`", fib_ws_join),
             ("wspool scope", "`Pool::scope` + `Scope::spawn` of one branch per level", fib_ws_scope),
             (
                 "wspool group",
                 "`Group::spawn` of one branch + `Group::wait` per level (an `Arc` slot + a pool clone per level)",
                 fib_ws_group,
+            ),
+            (
+                "wspool group_scope",
+                "`Pool::group_scope` per level: the group on the stack (still an `Arc` slot + a pool clone per level)",
+                fib_ws_group_scope,
             ),
             ("wspool submit", "`Pool::submit` of one branch + `TaskHandle::wait` per level", fib_ws_handle),
             ("wspool join, Fixed", "as `wspool join`, on a pool built with `Growth::Fixed`", fib_ws_join),
@@ -635,6 +655,7 @@ fn w4_nested(cfg: &Config, report: &mut Report) {
     let per_s = |dt: Duration| total as f64 / dt.as_secs_f64() / 1e6;
     let ws = ws_pool("wsb4g", th);
     let wsc = ws_pool("wsb4s", th);
+    let wsl = ws_pool("wsb4l", th);
     let rp = rayon_pool("rayb4-", th);
     let rt = tokio_rt("tokb4", th);
     let mut cs: Vec<Contender<'_, f64>> = Vec::new();
@@ -686,6 +707,34 @@ fn w4_nested(cfg: &Config, report: &mut Report) {
                         });
                     }
                 });
+                let r = per_s(t0.elapsed());
+                assert_eq!(c.count(), total);
+                r
+            },
+        ));
+        cs.push(Contender::new(
+            "wspool group_scope",
+            "roots: `Group::spawn` from the main thread; each root: `Pool::group_scope` of children + `LocalGroup::wait`",
+            true,
+            || {
+                c.arm(total);
+                let t0 = Instant::now();
+                let outer = wsl.group();
+                for _ in 0..roots {
+                    let p = wsl.clone();
+                    outer
+                        .spawn(move || {
+                            p.group_scope(|g| {
+                                for _ in 0..children {
+                                    g.spawn(move || c.bump()).expect("spawn child");
+                                }
+                                g.wait().expect("children");
+                            });
+                            c.bump();
+                        })
+                        .expect("spawn root");
+                }
+                outer.wait().expect("roots");
                 let r = per_s(t0.elapsed());
                 assert_eq!(c.count(), total);
                 r
@@ -759,7 +808,8 @@ fn w4_nested(cfg: &Config, report: &mut Report) {
         },
     ));
     let res = run_rounds(&mut cs, 1, cfg.reps, pacing(cfg));
-    let stats = vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wsc)];
+    let stats =
+        vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wsc), ws_stats_line(&cs[2].name, &wsl)];
     let title = format!(
         "W4 nested: {roots} root tasks each spawn {children} children and wait for them ({total} tasks; M tasks/s, higher is better; \
          `threadpool` has no nested wait: a root blocking a worker would deadlock it)"
