@@ -18,8 +18,9 @@ use crate::pool::Pool;
 use crate::task::TaskHandle;
 
 /// A group whose state lives on the stack of [`Pool::group_scope`]. It
-/// offers what [`Group`] offers except cloning: tasks cannot refer to it
-/// (they are `'static`), and the scope waits for all of them before it
+/// offers what [`Group`] offers except cloning and naming it in
+/// [`crate::SpawnOptions`] (which takes a `Group`): tasks cannot refer to
+/// it (they are `'static`), and the scope waits for all of them before it
 /// returns.
 pub struct LocalGroup<'pool> {
     inner: GroupInner,
