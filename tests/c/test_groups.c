@@ -2,8 +2,10 @@
  * argument checks, fini racing running and finishing tasks (heap storage,
  * freed right after fini: ASan and valgrind report any later touch), nested
  * stack groups on pool threads, shutdown with pending tasks (on_cancel
- * exactly once), groups outliving their pool, concurrent waiters. */
+ * exactly once), groups outliving their pool, concurrent waiters, fork. */
 #include "harness.h"
+
+#include <sys/wait.h>
 
 /* ------------------------------------------------------------ arguments --- */
 
@@ -304,6 +306,44 @@ static void test_sleeping_waiters_are_woken(void) {
     wspool_destroy(p);
 }
 
+/* ----------------------------------------------------------------- fork --- */
+
+/* A group placed before fork(): in the child every call on it is
+ * WSPOOL_EFORKED and fini leaves the storage alone (nothing runs its task
+ * there). The parent is unaffected. (No pool is created in the child:
+ * TSan cannot follow threads started after fork.) */
+static void test_fork(void) {
+    wspool *p = make_pool(2, 2, WSPOOL_GROWTH_FIXED);
+    wspool_group_storage gs;
+    wspool_group *g = NULL;
+    OK(wspool_group_init(&gs, p, &g));
+    gate_t gate;
+    gate_init(&gate);
+    OK(wspool_group_submit(g, task_gate, &gate)); /* pending across the fork */
+    CHECK(wait_at_least(&gate.inside, 1));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60); /* a hang in the child fails the test instead of blocking it */
+        int bad = 0;
+        atomic_long n = 0;
+        bad += wspool_group_submit(g, task_inc, &n) != WSPOOL_EFORKED;
+        bad += wspool_group_wait(g, 0) != WSPOOL_EFORKED;
+        bad += wspool_group_fini(g) != WSPOOL_EFORKED;
+        _exit(bad > 100 ? 100 : bad);
+    }
+    CHECK(pid > 0);
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    if (WIFEXITED(status)) CHECK_EQ(WEXITSTATUS(status), 0);
+    else fprintf(stderr, "  child died with signal %d\n", WTERMSIG(status));
+    gate_open(&gate);
+    OK(wspool_group_fini(g));
+    wspool_destroy(p);
+    gate_destroy(&gate);
+}
+
 int main(int argc, char **argv) {
     static const test_case tests[] = {
         {"init_fini_arguments", test_init_fini_arguments},
@@ -315,6 +355,7 @@ int main(int argc, char **argv) {
         {"placed_group_outlives_its_pool", test_placed_group_outlives_its_pool},
         {"destroy_while_tasks_use_placed_groups", test_destroy_while_tasks_use_placed_groups},
         {"sleeping_waiters_are_woken", test_sleeping_waiters_are_woken},
+        {"fork", test_fork},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }
