@@ -207,8 +207,10 @@ impl WorkerThread {
             // spinner is not parked, so a submitter that sees nobody
             // searching finds nobody to wake and pays no system call. Only
             // an admitted searcher steals while it spins.
-            if let Some(budget) = debounce.spin_budget(Instant::now()) {
-                if let Some(job) = self.spin(budget, searching) {
+            if let Some(budget) = debounce.spin_budget(Instant::now())
+                && let Some(found) = self.spin(budget, searching)
+            {
+                if let Some(job) = found {
                     debounce.record(true);
                     // A hit is a wake-up without the system call: judge the
                     // next idle moment from here.
@@ -266,13 +268,38 @@ impl WorkerThread {
     }
 
     /// Spins (scanning the own deque and the injector, and other deques if
-    /// `searching`) for at most `budget`.
-    fn spin(&self, budget: Duration, searching: bool) -> Option<JobRef> {
-        // Counted apart from the sleep state, for stats and admission only.
-        self.registry.spinning.fetch_add(1, SeqCst);
+    /// `searching`) for at most `budget`. `None`: not allowed to spin, since
+    /// half the live workers (at least one) already do
+    /// (`Sleep::try_start_spinning`).
+    fn spin(&self, budget: Duration, searching: bool) -> Option<Option<JobRef>> {
+        let registry = &*self.registry;
+        if !registry.sleep.try_start_spinning(registry.live_threads()) {
+            return None;
+        }
         let found = self.spin_for(budget, searching);
-        self.registry.spinning.fetch_sub(1, SeqCst);
-        found
+        // A global push skips its wake-up while a worker spins: the last
+        // spinner out hands it on if it leaves global work behind. One that
+        // found nothing parks next, and its park re-scans.
+        if registry.sleep.stop_spinning()
+            && found.is_some()
+            && self.global_work_visible()
+            && registry.sleep.notify_global()
+        {
+            registry.monitor.kick();
+        }
+        Some(found)
+    }
+
+    /// Global work another worker could take: in the injector, or in the
+    /// inbox of a stalled worker (what a spinner looks at, see `take_global`).
+    fn global_work_visible(&self) -> bool {
+        let registry = &*self.registry;
+        let n = registry.high_water.load(Acquire);
+        !registry.injector.is_empty()
+            || registry.slots[..n]
+                .iter()
+                .enumerate()
+                .any(|(i, slot)| i != self.index && slot.counters.stalled.load(Relaxed) && !slot.inbox.is_empty())
     }
 
     fn spin_for(&self, budget: Duration, searching: bool) -> Option<JobRef> {

@@ -79,11 +79,6 @@ pub(crate) struct Registry {
     /// still run). Admission counts them as about to take a task, although
     /// the sleep state does not count them as searching yet.
     pub(crate) starting: AtomicUsize,
-    /// Workers in a debounce spin: idle, but neither searching nor parked
-    /// (see `sleep/README.md`, rule 5). On a cache line of its own: spinners
-    /// write it once per spin, and it must not share a line with what every
-    /// submitter reads (`state`).
-    pub(crate) spinning: CachePadded<AtomicUsize>,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -130,7 +125,6 @@ impl Registry {
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),
             starting: AtomicUsize::new(0),
-            spinning: CachePadded::new(AtomicUsize::new(0)),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),

@@ -109,7 +109,7 @@ impl Registry {
     /// start hook may still run), searching, spinning or parked idle.
     pub(super) fn idle_or_starting(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
-        searching + sleeping + self.spinning.load(SeqCst) + self.starting.load(SeqCst)
+        searching + sleeping + self.sleep.spinners() + self.starting.load(SeqCst)
     }
 
     /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
@@ -264,7 +264,7 @@ impl Registry {
     pub(crate) fn notify_new_work(self: &Arc<Self>, region: Option<Tag>) {
         let woke = match region {
             Some(region) => self.sleep.notify_for_push(region),
-            None => self.sleep.notify_one(),
+            None => self.sleep.notify_global(),
         };
         self.after_notify(woke);
     }
