@@ -13,9 +13,10 @@
 //!    submission order, and a worker that blocks holds none of it hostage;
 //! 4. only a worker admitted as a *searcher* (at most half the pool, see
 //!    `sleep/README.md`) steals from another worker, starting at a random
-//!    victim, retrying while any victim answered `Steal::Retry`: one job
-//!    from its deque (the oldest, the biggest piece of a fork-join tree, as
-//!    rayon does), else a batch from its inbox (global work).
+//!    victim, retrying while any victim answered `Steal::Retry`: a batch
+//!    from its inbox (global work it took and has not started: older, and
+//!    nobody waits for it), else one job from its deque (the oldest, the
+//!    biggest piece of a fork-join tree, as rayon does).
 //!
 //! Threads injected by the starvation monitor swap 3 and 4: they take work
 //! already in flight before new global work, which is the fix seed 000 asks
@@ -465,16 +466,17 @@ impl WorkerThread {
                 // A searcher also relieves a busy worker of the global work
                 // it took and has not started (a waiter must not: that is
                 // other regions' work).
-                // From a deque, one job: the oldest, which in a fork-join
-                // tree is the biggest piece (rayon's choice); half the deque
-                // would take the jobs its owner is about to wait for, and
-                // both would then wait on each other's batches. From an
-                // inbox, a batch: global work is independent.
+                // From an inbox, a batch: global work, older than anything
+                // forked since, and nobody waits for it. From a deque, one
+                // job: the oldest, which in a fork-join tree is the biggest
+                // piece (rayon's choice); half the deque would take the jobs
+                // its owner is about to wait for, and both would then wait
+                // on each other's batches.
                 let from_deque = || slot.stealer.steal();
                 let from_inbox = || {
                     if region.is_none() { slot.inbox.steal_batch_and_pop(&self.inbox) } else { Steal::Empty }
                 };
-                for attempt in [&from_deque as &dyn Fn() -> Steal<JobRef>, &from_inbox] {
+                for attempt in [&from_inbox as &dyn Fn() -> Steal<JobRef>, &from_deque] {
                     match attempt() {
                         Steal::Success(job) => {
                             self.count(Source::Stolen);
