@@ -182,10 +182,14 @@ impl Sleep {
     /// last spinner to stop hands the wake-up on (`stop_spinning`).
     pub fn notify_global(&self) -> bool {
         // Same fence as notify_one: the caller's, before both loads.
-        if self.spinning.load(SeqCst) > 0 {
+        // `spinning` is read only when a wake-up is otherwise due: spinners
+        // write it at every spin, so reading it on every push would cost a
+        // flood's submitter a cache miss per task.
+        let s = self.state.load(SeqCst);
+        if searching(s) > 0 || sleeping(s) == 0 || self.spinning.load(SeqCst) > 0 {
             return false;
         }
-        self.notify_one()
+        self.wake_sleeper(true)
     }
 
     /// After a pool thread pushed work of its isolation `region` (and
