@@ -147,6 +147,7 @@ impl Registry {
     }
 
     /// The worker this thread is, if it belongs to this pool.
+    #[inline]
     pub(crate) fn current_worker(&self) -> Option<&WorkerThread> {
         WorkerThread::current().filter(|w| std::ptr::eq(Arc::as_ptr(&w.registry), self))
     }
