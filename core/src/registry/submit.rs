@@ -24,6 +24,7 @@ impl Registry {
     /// drained). A foreign submitter holds an [`InFlight`] ticket until its
     /// job is pushed (the returned guard), which is what makes closing the
     /// pool atomic: see [`InFlight`].
+    #[inline]
     pub(crate) fn open_submission(&self, worker: Option<&WorkerThread>) -> Result<Admitted<'_>, SubmitErrorKind> {
         let admitted =
             Admitted { registry: self, stripe: worker.is_none().then(|| self.inflight.enter()), counted: false };
@@ -46,6 +47,7 @@ impl Registry {
     /// Decides whether a submission may enter the pool (capacity and reject
     /// policy). Runs before the task is boxed, so a refusal can hand the
     /// caller its task back.
+    #[inline]
     fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
         if !self.tracks_queue {
             return Ok(Admission::Queue);
@@ -338,12 +340,14 @@ struct Tickets {
 }
 
 impl InFlight {
+    #[inline]
     pub(super) fn enter(&self) -> usize {
         let stripe = stats::my_stripe();
         self.stripes[stripe].entered.fetch_add(1, SeqCst);
         stripe
     }
 
+    #[inline]
     pub(super) fn leave(&self, stripe: usize, counted: bool) {
         let tickets = &self.stripes[stripe];
         if !counted {
@@ -379,6 +383,7 @@ pub(crate) struct Admitted<'a> {
 impl Admitted<'_> {
     /// The submission carries a task the pool counts as submitted: in the
     /// worker's own counters, or (foreign) in the ticket itself.
+    #[inline]
     pub(crate) fn count_task(&mut self, worker: Option<&WorkerThread>) {
         if worker.is_none() && self.stripe.is_some() {
             self.counted = true;
@@ -389,6 +394,7 @@ impl Admitted<'_> {
 }
 
 impl Drop for Admitted<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(stripe) = self.stripe {
             self.registry.inflight.leave(stripe, self.counted);

@@ -180,6 +180,7 @@ impl Sleep {
     /// a spinning worker looks at too: wakes nobody while one spins (no
     /// system call while an awake worker is about to take the job). The
     /// last spinner to stop hands the wake-up on (`stop_spinning`).
+    #[inline]
     pub fn notify_global(&self) -> bool {
         // Same fence as notify_one: the caller's, before both loads.
         // `spinning` is read only when a wake-up is otherwise due: spinners
