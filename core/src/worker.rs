@@ -60,6 +60,9 @@ enum Source {
 pub(crate) struct WorkerThread {
     pub(crate) registry: Arc<Registry>,
     pub(crate) index: usize,
+    /// This worker's counters in its slot (read on every task: cached
+    /// rather than indexed through the registry each time).
+    counters: std::ptr::NonNull<WorkerCounters>,
     pub(crate) deque: Worker<JobRef>,
     /// FIFO: global work taken in a batch (see the module comment).
     inbox: Worker<JobRef>,
@@ -122,8 +125,11 @@ impl WorkerThread {
         }
     }
 
+    #[inline]
     pub(crate) fn counters(&self) -> &WorkerCounters {
-        &self.registry.slots[self.index].counters
+        // SAFETY: points into `registry.slots`, a boxed slice never
+        // reallocated, and `self.registry` keeps the registry alive.
+        unsafe { self.counters.as_ref() }
     }
 
     /// Thread entry point.
@@ -131,6 +137,7 @@ impl WorkerThread {
         let LocalQueues { deque, inbox } = queues;
         let worker = WorkerThread {
             stack_low: crate::wait::stack_low_bound(registry.config.stack_size),
+            counters: std::ptr::NonNull::from(&*registry.slots[index].counters),
             registry,
             index,
             deque,
