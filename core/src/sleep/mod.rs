@@ -484,6 +484,36 @@ mod tests {
     }
 
     #[test]
+    fn spinning_is_capped_at_half_the_workers_and_at_least_one() {
+        let sleep = Sleep::new(4);
+        assert!(sleep.try_start_spinning(1), "a lone worker may spin");
+        assert!(!sleep.try_start_spinning(1));
+        assert!(sleep.stop_spinning(), "was the last spinner");
+        assert!(sleep.try_start_spinning(4));
+        assert!(sleep.try_start_spinning(4));
+        assert!(!sleep.try_start_spinning(4), "half of 4 already spin");
+        assert_eq!(sleep.spinners(), 2);
+        assert!(!sleep.stop_spinning());
+        assert!(sleep.stop_spinning());
+        assert_eq!(sleep.spinners(), 0);
+    }
+
+    #[test]
+    fn a_global_push_wakes_nobody_while_a_worker_spins() {
+        let sleep = Arc::new(Sleep::new(2));
+        let s2 = sleep.clone();
+        let t = std::thread::spawn(move || s2.park(1, false, None, |_| false));
+        while sleep.counts().1 == 0 {
+            std::thread::yield_now();
+        }
+        assert!(sleep.try_start_spinning(2));
+        assert!(!sleep.notify_global(), "the spinner takes global work");
+        assert!(sleep.stop_spinning());
+        assert!(sleep.notify_global(), "nobody spins: the sleeper is woken");
+        assert_eq!(t.join().unwrap(), Wake::Notified);
+    }
+
+    #[test]
     fn notify_all_wakes_every_sleeper() {
         let sleep = Arc::new(Sleep::new(3));
         let done = Arc::new(AtomicBool::new(false));
