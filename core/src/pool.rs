@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Builder;
-use crate::error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind};
+use crate::error::{BatchError, ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind};
 use crate::group::Group;
 use crate::growth::Monitor;
 use crate::job::HeapJob;
@@ -134,6 +134,58 @@ impl Pool {
             (None, Some(group)) => group.spawn_inner(f, opts.global),
             (None, None) => self.registry().submit_job(f, opts.global, HeapJob::into_job_ref),
         }
+    }
+
+    /// Runs every task of `tasks` on the pool, fire and forget, like as
+    /// many `spawn` calls but with one admission ticket, one counter update
+    /// and one wake-up for the whole batch (what that saves per task is in
+    /// `docs/benchmarks.md`, "Instruction counts"). Tasks enter the queue in
+    /// iteration order, from a pool thread into its own deque, from
+    /// elsewhere into the global queue. The iterator is collected before
+    /// the pool is touched, so it may do anything, the pool's own calls
+    /// included.
+    ///
+    /// Errors: the batch is accepted in order up to its first refused task
+    /// (the pool is shut down, or a bounded queue's reject policy refused
+    /// it). [`BatchError::accepted`] tasks were accepted and are treated
+    /// like any accepted task; the refused one and all after it come back
+    /// unrun in [`BatchError::into_rest`]. With the default unbounded queue
+    /// a batch is refused only as a whole, by a shutdown that began before
+    /// the call.
+    pub fn spawn_batch<I>(&self, tasks: I) -> Result<(), BatchError<I::Item>>
+    where
+        I: IntoIterator,
+        I::Item: FnOnce() + Send + 'static,
+    {
+        self.spawn_batch_with(SpawnOptions::default(), tasks)
+    }
+
+    /// `spawn_batch` with options, applied to every task. With a group or a
+    /// serial queue the tasks are submitted one by one (same error rules,
+    /// no shared wake-up): their own bookkeeping is per task anyway.
+    pub fn spawn_batch_with<I>(&self, opts: SpawnOptions<'_>, tasks: I) -> Result<(), BatchError<I::Item>>
+    where
+        I: IntoIterator,
+        I::Item: FnOnce() + Send + 'static,
+    {
+        let tasks: Vec<I::Item> = tasks.into_iter().collect();
+        if let Err(kind) = self.check_owner(&opts) {
+            return Err(BatchError::new(kind, 0, tasks));
+        }
+        if opts.group.is_none() && opts.serial.is_none() {
+            return self.registry().submit_batch(tasks, opts.global, HeapJob::into_job_ref);
+        }
+        let mut tasks = tasks.into_iter();
+        let mut accepted = 0;
+        while let Some(task) = tasks.next() {
+            if let Err(e) = self.spawn_with(opts, task) {
+                let kind = e.kind();
+                let rest = std::iter::once(e.into_task()).chain(tasks).collect();
+                return Err(BatchError::new(kind, accepted, rest));
+            }
+            accepted += 1;
+        }
+        Ok(())
     }
 
     /// Refuses a group or serial queue of another pool: its tasks would run

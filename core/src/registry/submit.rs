@@ -45,7 +45,7 @@ impl Registry {
     /// Decides whether a submission may enter the pool (capacity and reject
     /// policy). Runs before the task is boxed, so a refusal can hand the
     /// caller its task back.
-    fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
+    pub(super) fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
         if !self.tracks_queue {
             return Ok(Admission::Queue);
         }
@@ -381,7 +381,7 @@ impl Sampled {
 }
 
 #[cold]
-fn sampled(job: JobRef) -> JobRef {
+pub(super) fn sampled(job: JobRef) -> JobRef {
     let vtable = if job.evictable() { &Sampled::EVICTABLE } else { &Sampled::PINNED };
     let boxed = Box::new(Sampled { job, submitted_at: Instant::now() });
     let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();
