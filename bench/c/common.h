@@ -1,6 +1,8 @@
 /* Shared helpers of the C benchmarks: clocks, percentiles, output.
  * Every bench binary prints lines "KEY VALUE" that report.py aggregates:
  *   W1_mtps   flood: 1,000,000 tiny tasks from one foreign thread, M tasks/s
+ *   W1b_mtps  the same flood submitted in batches of W1_BATCH (one call, one lock or
+ *             admission, one wake-up per batch), M tasks/s
  *   W2_ms     fork-join fib(25), every level forked, ms
  *   W2g_ms    the same with groups (wspool only), ms
  *   W3_p50_us / W3_p99_us   ping-pong: submit one task, wait for it, 50,000 times
@@ -16,6 +18,7 @@
 #include <time.h>
 
 #define W1_TASKS 1000000
+#define W1_BATCH 256
 #define W2_FIB 25
 #define W3_ROUNDS 50000
 #define W4_ROOTS 200

@@ -170,22 +170,42 @@ impl Pool {
     {
         let tasks: Vec<I::Item> = tasks.into_iter().collect();
         if let Err(kind) = self.check_owner(&opts) {
-            return Err(BatchError::new(kind, 0, tasks));
+            return Err(BatchError::new(kind, Vec::new(), tasks));
         }
         if opts.group.is_none() && opts.serial.is_none() {
-            return self.registry().submit_batch(tasks, opts.global, HeapJob::into_job_ref);
+            let into_job = |f| (HeapJob::into_job_ref(f), ());
+            return self.registry().submit_batch(tasks, opts.global, into_job).map(drop);
         }
         let mut tasks = tasks.into_iter();
-        let mut accepted = 0;
+        let mut accepted = Vec::new();
         while let Some(task) = tasks.next() {
             if let Err(e) = self.spawn_with(opts, task) {
                 let kind = e.kind();
                 let rest = std::iter::once(e.into_task()).chain(tasks).collect();
                 return Err(BatchError::new(kind, accepted, rest));
             }
-            accepted += 1;
+            accepted.push(());
         }
         Ok(())
+    }
+
+    /// `spawn_batch` with a handle per task, like as many `submit` calls:
+    /// the handles come back in batch order. On a refusal the accepted
+    /// tasks' handles are in the error ([`BatchError::into_parts`]), with
+    /// the refused tasks.
+    #[allow(clippy::type_complexity)]
+    pub fn submit_batch<I, F, T>(&self, tasks: I) -> Result<Vec<TaskHandle<T>>, BatchError<F, TaskHandle<T>>>
+    where
+        I: IntoIterator<Item = F>,
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let tasks: Vec<F> = tasks.into_iter().collect();
+        let registry = self.registry();
+        registry.submit_batch(tasks, false, |f| {
+            let (handle, job) = TaskHandle::new(registry, f);
+            (job, handle)
+        })
     }
 
     /// Refuses a group or serial queue of another pool: its tasks would run

@@ -303,3 +303,28 @@ fn batches_take_any_iterator() {
         assert_eq!(got, vec![0, 1, 2]);
     });
 }
+
+#[test]
+fn submit_batch_hands_back_one_handle_per_task_in_order() {
+    watchdog(HANG, "submit_batch", || {
+        let pool = fixed(2);
+        let handles = pool.submit_batch((0..100u64).map(|i| move || i * i)).unwrap();
+        let values: Vec<u64> = handles.into_iter().map(|h| h.wait().unwrap()).collect();
+        assert_eq!(values, (0..100u64).map(|i| i * i).collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn a_refused_submit_batch_returns_the_accepted_handles_and_the_rest() {
+    watchdog(HANG, "submit_batch refused", || {
+        let builder = Pool::builder().queue_capacity(2).reject(Reject::Abort);
+        let (pool, gate, _guard) = held_single_worker(builder);
+        let err = pool.submit_batch((0..5).map(|i| move || i)).unwrap_err();
+        assert_eq!((err.kind(), err.accepted()), (SubmitErrorKind::Rejected, 2));
+        let (handles, rest) = err.into_parts();
+        assert_eq!(rest.into_iter().map(|f| f()).collect::<Vec<_>>(), vec![2, 3, 4]);
+        gate.open();
+        assert_eq!(handles.into_iter().map(|h| h.wait().unwrap()).collect::<Vec<_>>(), vec![0, 1]);
+        pool.shutdown(Shutdown::Drain, None).unwrap();
+    });
+}

@@ -25,15 +25,22 @@ use crate::worker::WorkerThread;
 impl Registry {
     /// Submits `tasks` in order, stopping at the first refusal: the tasks
     /// before it are accepted, it and the ones after it come back in the
-    /// error. `into_job` builds a task's job once it is admitted.
-    pub(crate) fn submit_batch<F>(
+    /// error. `into_job` builds a task's job, and what the caller gets back
+    /// for it (a handle, or `()`), once it is admitted.
+    pub(crate) fn submit_batch<F, H>(
         self: &Arc<Self>,
         tasks: Vec<F>,
         global: bool,
-        into_job: impl Fn(F) -> JobRef,
-    ) -> Result<(), BatchError<F>> {
+        mut into_job: impl FnMut(F) -> (JobRef, H),
+    ) -> Result<Vec<H>, BatchError<F, H>> {
         let mut tasks = tasks.into_iter();
-        let mut accepted = 0;
+        // `Vec<()>` never allocates: `spawn_batch` pays nothing for this.
+        let mut accepted = Vec::with_capacity(tasks.len());
+        let mut build = |task: F, accepted: &mut Vec<H>| {
+            let (job, handle) = into_job(task);
+            accepted.push(handle);
+            job
+        };
         // One pass per open submission: a task the reject policy runs on the
         // caller is run with the submission closed (as in `submit_job`, the
         // ticket must not hold a closing pool up while it runs), and the
@@ -44,14 +51,14 @@ impl Registry {
                 Ok(open) => open,
                 Err(kind) => return Err(BatchError::new(kind, accepted, tasks.collect())),
             };
-            let mut pusher = Pusher { registry: self, worker, global, region: None, pushed: 0 };
+            let mut pusher = Pusher { registry: self, worker, global, region: None };
             if !self.tracks_queue {
                 // Nothing to admit: every task is accepted. Counted before
                 // the first push, like a single submission, so `completed`
                 // never runs ahead of `submitted` in the stats.
                 self.count_submitted_n(worker, tasks.len());
                 for task in tasks.by_ref() {
-                    pusher.push(into_job(task));
+                    pusher.push(build(task, &mut accepted));
                 }
                 pusher.finish();
                 drop(open);
@@ -61,7 +68,7 @@ impl Registry {
             for task in tasks.by_ref() {
                 match self.admit(worker) {
                     Err(kind) => {
-                        accepted += pusher.finish();
+                        pusher.finish();
                         drop(open);
                         let rest = std::iter::once(task).chain(tasks).collect();
                         return Err(BatchError::new(kind, accepted, rest));
@@ -72,19 +79,18 @@ impl Registry {
                     }
                     Ok(Admission::Queue) => {
                         self.count_submitted(worker);
-                        pusher.push(into_job(task));
+                        pusher.push(build(task, &mut accepted));
                     }
                 }
             }
-            accepted += pusher.finish();
+            pusher.finish();
             drop(open);
             if let Some(task) = ran_on_caller {
                 self.count_submitted(worker);
-                self.run_on_caller(into_job(task));
-                accepted += 1;
+                self.run_on_caller(build(task, &mut accepted));
             }
         }
-        Ok(())
+        Ok(accepted)
     }
 
     /// `count_submitted` for `n` tasks at once.
@@ -110,14 +116,11 @@ struct Pusher<'a> {
     /// Set once a job went to the injector: the region to notify for
     /// (`Some(None)`: a foreign submitter's, which wakes idle workers only).
     region: Option<Option<Tag>>,
-    /// Jobs pushed since the last `finish`.
-    pushed: usize,
 }
 
 impl Pusher<'_> {
     fn push(&mut self, job: JobRef) {
         let mut job = if stats::should_sample_delay() { super::submit::sampled(job) } else { job };
-        self.pushed += 1;
         match self.worker {
             // The worker's own deque: `push_and_wake` wakes only when the
             // deque was empty, so a batch wakes at most once here too.
@@ -140,13 +143,11 @@ impl Pusher<'_> {
     }
 
     /// Wakes for the injector's new jobs (their pushes' SeqCst CAS orders
-    /// them before the notify's read, as in `enqueue`); returns how many
-    /// jobs were pushed since the last call.
-    fn finish(&mut self) -> usize {
+    /// them before the notify's read, as in `enqueue`).
+    fn finish(&mut self) {
         if let Some(region) = self.region.take() {
             self.registry.notify_new_work(region);
         }
-        std::mem::take(&mut self.pushed)
     }
 }
 
