@@ -113,8 +113,6 @@ int main(void) {
     sem_wait(&done);
     uint64_t t1 = now_ns();
     printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
-    report_idle();
-
     /* W1 in batches */
     item batch[W1_BATCH];
     for (int i = 0; i < W1_BATCH; i++) batch[i] = (item){tiny, NULL};
@@ -125,6 +123,8 @@ int main(void) {
     sem_wait(&done);
     t1 = now_ns();
     printf("W1b_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    /* W5 right after the floods */
+    report_idle();
 
     uint64_t *lat = malloc(sizeof(uint64_t) * W3_ROUNDS);
     sem_t one;

@@ -7,7 +7,7 @@
  *   W2g_ms    the same with groups (wspool only), ms
  *   W3_p50_us / W3_p99_us   ping-pong: submit one task, wait for it, 50,000 times
  *   W4_mtps   nested: 200 roots each spawn 1,000 children and wait, M tasks/s
- *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 */
+ *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 and W1b */
 #ifndef WSPOOL_BENCH_COMMON_H
 #define WSPOOL_BENCH_COMMON_H
 
