@@ -328,3 +328,14 @@ fn a_refused_submit_batch_returns_the_accepted_handles_and_the_rest() {
         pool.shutdown(Shutdown::Drain, None).unwrap();
     });
 }
+
+#[test]
+fn batch_tasks_are_sampled_for_queue_delay_like_single_ones() {
+    watchdog(HANG, "delay sampling", || {
+        let pool = fixed(1);
+        // 640 tasks: 10 of them carry a timestamp (one in 64 per thread).
+        pool.spawn_batch((0..640).map(|_| || {})).unwrap();
+        pool.shutdown(Shutdown::Drain, None).unwrap();
+        assert!(pool.stats().queue_delay_max_ns > 0, "no task of the batch was sampled");
+    });
+}

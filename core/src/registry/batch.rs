@@ -45,13 +45,14 @@ impl Registry {
         // caller is run with the submission closed (as in `submit_job`, the
         // ticket must not hold a closing pool up while it runs), and the
         // rest of the batch opens a new one.
+        let worker = self.current_worker();
+        let tick = stats::take_sample_ticks(tasks.len());
+        let mut pusher = Pusher { registry: self, worker, global, region: None, tick };
         while tasks.len() > 0 {
-            let worker = self.current_worker();
             let open = match self.open_submission(worker) {
                 Ok(open) => open,
                 Err(kind) => return Err(BatchError::new(kind, accepted, tasks.collect())),
             };
-            let mut pusher = Pusher { registry: self, worker, global, region: None };
             if !self.tracks_queue {
                 // Nothing to admit: every task is accepted. Counted before
                 // the first push, like a single submission, so `completed`
@@ -116,11 +117,16 @@ struct Pusher<'a> {
     /// Set once a job went to the injector: the region to notify for
     /// (`Some(None)`: a foreign submitter's, which wakes idle workers only).
     region: Option<Option<Tag>>,
+    /// The delay-sampling tick, taken for the whole batch at once
+    /// (`stats::take_sample_ticks`): one thread-local access per batch.
+    tick: u32,
 }
 
 impl Pusher<'_> {
     fn push(&mut self, job: JobRef) {
-        let mut job = if stats::should_sample_delay() { super::submit::sampled(job) } else { job };
+        self.tick = self.tick.wrapping_add(1);
+        let sample = self.tick % stats::DELAY_SAMPLE_EVERY == 0;
+        let mut job = if sample { super::submit::sampled(job) } else { job };
         match self.worker {
             // The worker's own deque: `push_and_wake` wakes only when the
             // deque was empty, so a batch wakes at most once here too.
