@@ -125,7 +125,7 @@ struct Pusher<'a> {
 impl Pusher<'_> {
     fn push(&mut self, job: JobRef) {
         self.tick = self.tick.wrapping_add(1);
-        let sample = self.tick % stats::DELAY_SAMPLE_EVERY == 0;
+        let sample = self.tick.is_multiple_of(stats::DELAY_SAMPLE_EVERY);
         let mut job = if sample { super::submit::sampled(job) } else { job };
         match self.worker {
             // The worker's own deque: `push_and_wake` wakes only when the
