@@ -62,8 +62,9 @@ impl JobRef {
     /// functions must read it with [`JobRef::pointer`], exactly once, and
     /// the job must be `Send`.
     pub(crate) unsafe fn from_pointer(data: NonNull<()>, vtable: &'static JobVTable) -> JobRef {
-        let mut payload = [MaybeUninit::uninit(); 4];
-        payload[0] = MaybeUninit::new(data.as_ptr() as usize);
+        let payload =
+            [MaybeUninit::new(data.as_ptr() as usize), MaybeUninit::new(0), MaybeUninit::new(0), MaybeUninit::new(0)];
+
         JobRef { payload, vtable, tag: 0 }
     }
 

@@ -58,7 +58,9 @@ pub struct Stats {
     pub starvation_injections: u64,
     /// Tasks waiting to start.
     pub queued: u64,
-    /// Queue delay (submit to start) over the recent window: median, ns.
+    /// Queue delay (submit to start) over the recent window (one submission
+    /// in 64 is timed; the last 256 samples per worker stripe, at most 10 s
+    /// old): median, ns.
     pub queue_delay_p50_ns: u64,
     /// Queue delay, 99th percentile, ns.
     pub queue_delay_p99_ns: u64,
@@ -158,7 +160,8 @@ pub(crate) struct SharedCounters {
 
 /// Every 64th submission per thread carries a timestamp.
 pub(crate) const DELAY_SAMPLE_EVERY: u32 = 64;
-const DELAY_WINDOW: usize = 1024;
+/// Samples kept per ring; one ring per worker stripe.
+const DELAY_WINDOW: usize = 256;
 /// Samples older than this are not "recent".
 const DELAY_MAX_AGE: Duration = Duration::from_secs(10);
 
@@ -189,11 +192,14 @@ pub(crate) fn take_sample_ticks(n: usize) -> u32 {
     })
 }
 
-/// A ring of recent queue-delay samples.
+/// Recent queue-delay samples: one ring per worker stripe, so workers
+/// recording at once do not contend for one lock (a single ring's mutex
+/// showed up in a flood's profile).
 pub(crate) struct QueueDelay {
-    ring: Mutex<DelayRing>,
+    rings: [CachePadded<Mutex<DelayRing>>; STRIPES],
 }
 
+#[derive(Default)]
 struct DelayRing {
     samples: Vec<(Instant, u64)>,
     next: usize,
@@ -201,15 +207,16 @@ struct DelayRing {
 
 impl Default for QueueDelay {
     fn default() -> Self {
-        QueueDelay { ring: Mutex::new(DelayRing { samples: Vec::with_capacity(DELAY_WINDOW), next: 0 }) }
+        QueueDelay { rings: std::array::from_fn(|_| CachePadded::new(Mutex::new(DelayRing::default()))) }
     }
 }
 
 impl QueueDelay {
-    pub(crate) fn record(&self, submitted_at: Instant) {
+    /// Records a sample taken by worker `index`.
+    pub(crate) fn record(&self, index: usize, submitted_at: Instant) {
         let now = Instant::now();
         let ns = now.saturating_duration_since(submitted_at).as_nanos().min(u64::MAX as u128) as u64;
-        let mut ring = lock(&self.ring);
+        let mut ring = lock(&self.rings[index % STRIPES]);
         if ring.samples.len() < DELAY_WINDOW {
             ring.samples.push((now, ns));
         } else {
@@ -222,14 +229,16 @@ impl QueueDelay {
     /// (p50, p99, max) over recent samples, ns.
     pub(crate) fn percentiles(&self) -> (u64, u64, u64) {
         let now = Instant::now();
-        let mut v: Vec<u64> = {
-            let ring = lock(&self.ring);
-            ring.samples
-                .iter()
-                .filter(|(t, _)| now.saturating_duration_since(*t) <= DELAY_MAX_AGE)
-                .map(|&(_, ns)| ns)
-                .collect()
-        };
+        let mut v: Vec<u64> = Vec::new();
+        for ring in &self.rings {
+            let ring = lock(ring);
+            v.extend(
+                ring.samples
+                    .iter()
+                    .filter(|(t, _)| now.saturating_duration_since(*t) <= DELAY_MAX_AGE)
+                    .map(|&(_, ns)| ns),
+            );
+        }
         percentiles_of(&mut v)
     }
 }
@@ -271,11 +280,14 @@ mod tests {
     fn delay_window_keeps_recent_samples() {
         let d = QueueDelay::default();
         let t = Instant::now();
-        for _ in 0..(DELAY_WINDOW + 10) {
-            d.record(t);
+        for i in 0..(DELAY_WINDOW + 10) {
+            d.record(3, t);
+            d.record(3 + STRIPES, t);
+            d.record(i, t);
         }
         let (p50, p99, max) = d.percentiles();
         assert!(p50 <= p99 && p99 <= max);
-        assert_eq!(lock(&d.ring).samples.len(), DELAY_WINDOW);
+        assert_eq!(lock(&d.rings[3]).samples.len(), DELAY_WINDOW, "one ring keeps its window");
+        assert!(d.rings.iter().all(|r| lock(r).samples.len() <= DELAY_WINDOW));
     }
 }

@@ -55,7 +55,9 @@ impl WorkerThread {
         let outer_busy = busy.swap(0, std::sync::atomic::Ordering::Relaxed);
         let _restore_busy = RestoreBusy(busy, outer_busy);
         let registry = &self.registry;
-        let mut spin_until = Instant::now() + WAIT_SPIN;
+        // Set when the waiter first finds nothing to run (not per job run:
+        // a clock read costs as much as running a tiny task).
+        let mut spin_until = None;
         loop {
             if latch.probe() {
                 return true;
@@ -64,13 +66,15 @@ impl WorkerThread {
                 && let Some(job) = self.find_region_task(region)
             {
                 self.execute(job);
-                spin_until = Instant::now() + WAIT_SPIN;
+                spin_until = None;
                 continue;
             }
             // What a waiter waits for is often a last job finishing on
             // another thread within microseconds: spin that long before
             // paying for a park and a futex wake-up.
-            if Instant::now() < deadline.map_or(spin_until, |d| d.min(spin_until)) {
+            let now = Instant::now();
+            let spin_end = *spin_until.get_or_insert(now + WAIT_SPIN);
+            if now < deadline.map_or(spin_end, |d| d.min(spin_end)) {
                 // Between clock reads (a clock read costs about as much as
                 // a look at the queues), pause a little.
                 for _ in 0..64 {

@@ -12,8 +12,11 @@
 //!    from the injector into the inbox. Global work therefore starts in
 //!    submission order, and a worker that blocks holds none of it hostage;
 //! 4. only a worker admitted as a *searcher* (at most half the pool, see
-//!    `sleep/README.md`) steals a batch from another worker, starting at a
-//!    random victim, retrying while any victim answered `Steal::Retry`.
+//!    `sleep/README.md`) steals from another worker, starting at a random
+//!    victim, retrying while any victim answered `Steal::Retry`: a batch
+//!    from its inbox (global work it took and has not started: older, and
+//!    nobody waits for it), else one job from its deque (the oldest, the
+//!    biggest piece of a fork-join tree, as rayon does).
 //!
 //! Threads injected by the starvation monitor swap 3 and 4: they take work
 //! already in flight before new global work, which is the fix seed 000 asks
@@ -57,6 +60,9 @@ enum Source {
 pub(crate) struct WorkerThread {
     pub(crate) registry: Arc<Registry>,
     pub(crate) index: usize,
+    /// This worker's counters in its slot (read on every task: cached
+    /// rather than indexed through the registry each time).
+    counters: std::ptr::NonNull<WorkerCounters>,
     pub(crate) deque: Worker<JobRef>,
     /// FIFO: global work taken in a batch (see the module comment).
     inbox: Worker<JobRef>,
@@ -119,8 +125,11 @@ impl WorkerThread {
         }
     }
 
+    #[inline]
     pub(crate) fn counters(&self) -> &WorkerCounters {
-        &self.registry.slots[self.index].counters
+        // SAFETY: points into `registry.slots`, a boxed slice never
+        // reallocated, and `self.registry` keeps the registry alive.
+        unsafe { self.counters.as_ref() }
     }
 
     /// Thread entry point.
@@ -128,6 +137,7 @@ impl WorkerThread {
         let LocalQueues { deque, inbox } = queues;
         let worker = WorkerThread {
             stack_low: crate::wait::stack_low_bound(registry.config.stack_size),
+            counters: std::ptr::NonNull::from(&*registry.slots[index].counters),
             registry,
             index,
             deque,
@@ -205,8 +215,10 @@ impl WorkerThread {
             // spinner is not parked, so a submitter that sees nobody
             // searching finds nobody to wake and pays no system call. Only
             // an admitted searcher steals while it spins.
-            if let Some(budget) = debounce.spin_budget(Instant::now()) {
-                if let Some(job) = self.spin(budget, searching) {
+            if let Some(budget) = debounce.spin_budget(Instant::now())
+                && let Some(found) = self.spin(budget, searching)
+            {
+                if let Some(job) = found {
                     debounce.record(true);
                     // A hit is a wake-up without the system call: judge the
                     // next idle moment from here.
@@ -226,8 +238,8 @@ impl WorkerThread {
             }
             let keep_alive =
                 (registry.live_threads() > registry.config.min_threads).then_some(registry.config.keep_alive);
-            let wake = registry.sleep.park(self.index, searching, keep_alive, || {
-                registry.state() != crate::registry::RUNNING || registry.has_visible_work()
+            let wake = registry.sleep.park(self.index, searching, keep_alive, |scan| {
+                registry.state() != crate::registry::RUNNING || (scan && registry.has_visible_work())
             });
             searching = true;
             match wake {
@@ -264,13 +276,38 @@ impl WorkerThread {
     }
 
     /// Spins (scanning the own deque and the injector, and other deques if
-    /// `searching`) for at most `budget`.
-    fn spin(&self, budget: Duration, searching: bool) -> Option<JobRef> {
-        // Counted apart from the sleep state, for stats and admission only.
-        self.registry.spinning.fetch_add(1, SeqCst);
+    /// `searching`) for at most `budget`. `None`: not allowed to spin, since
+    /// half the live workers (at least one) already do
+    /// (`Sleep::try_start_spinning`).
+    fn spin(&self, budget: Duration, searching: bool) -> Option<Option<JobRef>> {
+        let registry = &*self.registry;
+        if !registry.sleep.try_start_spinning(registry.live_threads()) {
+            return None;
+        }
         let found = self.spin_for(budget, searching);
-        self.registry.spinning.fetch_sub(1, SeqCst);
-        found
+        // A global push skips its wake-up while a worker spins: the last
+        // spinner out hands it on if it leaves global work behind. One that
+        // found nothing parks next, and its park re-scans.
+        if registry.sleep.stop_spinning()
+            && found.is_some()
+            && self.global_work_visible()
+            && registry.sleep.notify_global()
+        {
+            registry.monitor.kick();
+        }
+        Some(found)
+    }
+
+    /// Global work another worker could take: in the injector, or in the
+    /// inbox of a stalled worker (what a spinner looks at, see `take_global`).
+    fn global_work_visible(&self) -> bool {
+        let registry = &*self.registry;
+        let n = registry.high_water.load(Acquire);
+        !registry.injector.is_empty()
+            || registry.slots[..n]
+                .iter()
+                .enumerate()
+                .any(|(i, slot)| i != self.index && slot.counters.stalled.load(Relaxed) && !slot.inbox.is_empty())
     }
 
     fn spin_for(&self, budget: Duration, searching: bool) -> Option<JobRef> {
@@ -412,7 +449,7 @@ impl WorkerThread {
         }
     }
 
-    /// Steals a batch from another worker. With `region`, only from
+    /// Steals from another worker (see the module comment). With `region`, only from
     /// workers whose current top-level task is of that region (a waiter
     /// looking for its own subtree).
     pub(crate) fn steal(&self, region: Option<Tag>) -> Option<JobRef> {
@@ -436,9 +473,18 @@ impl WorkerThread {
                 // A searcher also relieves a busy worker of the global work
                 // it took and has not started (a waiter must not: that is
                 // other regions' work).
-                let inbox = region.is_none().then_some((&slot.inbox, &self.inbox));
-                for (from, into) in std::iter::once((&slot.stealer, &self.deque)).chain(inbox) {
-                    match from.steal_batch_and_pop(into) {
+                // From an inbox, a batch: global work, older than anything
+                // forked since, and nobody waits for it. From a deque, one
+                // job: the oldest, which in a fork-join tree is the biggest
+                // piece (rayon's choice); half the deque would take the jobs
+                // its owner is about to wait for, and both would then wait
+                // on each other's batches.
+                let from_deque = || slot.stealer.steal();
+                let from_inbox = || {
+                    if region.is_none() { slot.inbox.steal_batch_and_pop(&self.inbox) } else { Steal::Empty }
+                };
+                for attempt in [&from_inbox as &dyn Fn() -> Steal<JobRef>, &from_deque] {
+                    match attempt() {
                         Steal::Success(job) => {
                             self.count(Source::Stolen);
                             return Some(job);

@@ -477,3 +477,42 @@ fn an_idle_pool_parks_its_workers() {
     p.submit(|| ()).unwrap().wait().unwrap();
     eventually(LONG, "all idle", || p.stats().idle_threads == 2);
 }
+
+/// A foreign submission's in-flight ticket is also its count: submissions
+/// from many threads, tasks run on the caller (`CallerRuns`), plumbing that
+/// takes a ticket without carrying a task (a foreign `join`), and refusals
+/// after shutdown all leave `Stats::submitted` exact.
+#[test]
+fn foreign_submissions_are_counted_exactly_by_their_tickets() {
+    let p = Pool::builder()
+        .min_threads(2)
+        .growth(Growth::Fixed)
+        .queue_capacity(4)
+        .reject(wspool::Reject::CallerRuns)
+        .build()
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (p, ran) = (p.clone(), ran.clone());
+            std::thread::spawn(move || {
+                for _ in 0..2_500 {
+                    let ran = ran.clone();
+                    p.spawn(move || {
+                        ran.fetch_add(1, SeqCst);
+                    })
+                    .unwrap();
+                }
+                assert_eq!(p.join(|| 1, || 2), (1, 2));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    eventually(LONG, "every task ran", || ran.load(SeqCst) == 10_000);
+    assert_eq!(p.stats().submitted, 10_000, "{:?}", p.stats());
+    p.shutdown(Shutdown::Drain, None).unwrap();
+    assert!(p.spawn(|| ()).is_err());
+    assert_eq!(p.stats().submitted, 10_000, "a refused submission was counted");
+}

@@ -88,10 +88,37 @@ impl Done {
 /// re-scan; stop after taking `want` jobs. `retire` lets a timed-out park
 /// retire the worker (keep-alive), as `main_loop` does above `min_threads`.
 fn worker(sleep: &Sleep, take: &dyn Fn() -> bool, has_work: &dyn Fn() -> bool, index: usize, want: usize) {
-    let mut searching = true;
+    worker_from(sleep, take, has_work, index, want, true, false)
+}
+
+/// [`worker`], starting searching or not, and optionally with one debounce
+/// spin first (`try_start_spinning`; the spin is one look at the queue).
+fn worker_from(
+    sleep: &Sleep,
+    take: &dyn Fn() -> bool,
+    has_work: &dyn Fn() -> bool,
+    index: usize,
+    want: usize,
+    mut searching: bool,
+    mut spin: bool,
+) {
     let mut taken = 0;
     while taken < want {
-        if take() {
+        // As in `main_loop`: a spin that found nothing is followed by a park.
+        let mut missed = false;
+        if std::mem::take(&mut spin) && sleep.try_start_spinning(2) {
+            let got = take();
+            // The last spinner out hands on a global push's skipped wake-up.
+            if sleep.stop_spinning() && got && has_work() {
+                sleep.notify_global();
+            }
+            if got {
+                taken += 1;
+                continue;
+            }
+            missed = true;
+        }
+        if !missed && take() {
             taken += 1;
             if searching {
                 searching = false;
@@ -101,7 +128,7 @@ fn worker(sleep: &Sleep, take: &dyn Fn() -> bool, has_work: &dyn Fn() -> bool, i
             }
             continue;
         }
-        let wake = sleep.park(index, searching, None, has_work);
+        let wake = sleep.park(index, searching, None, |scan| scan && has_work());
         assert_eq!(wake, Wake::Notified);
         searching = true;
     }
@@ -216,7 +243,7 @@ fn timed_park_and_retirement_lose_no_job() {
                 }
                 return;
             }
-            match s.park(0, true, Some(std::time::Duration::from_millis(1)), || q.has_work()) {
+            match s.park(0, true, Some(std::time::Duration::from_millis(1)), |scan| scan && q.has_work()) {
                 Wake::Notified => {
                     if q.take() {
                         t.fetch_add(1, SeqCst);
@@ -237,7 +264,7 @@ fn timed_park_and_retirement_lose_no_job() {
                     t.fetch_add(1, SeqCst);
                     break;
                 }
-                s.park(1, searching, None, || q.has_work() || t.load(SeqCst) != 0);
+                s.park(1, searching, None, |scan| (scan && q.has_work()) || t.load(SeqCst) != 0);
                 searching = true;
             }
             let _ = searching;
@@ -268,7 +295,7 @@ fn shutdown_races_park() {
         let w = thread::spawn(move || {
             let mut searching = true;
             while !c.load(SeqCst) {
-                s.park(0, searching, None, || c.load(SeqCst));
+                s.park(0, searching, None, |_| c.load(SeqCst));
                 searching = true;
             }
             if searching {
@@ -409,5 +436,96 @@ fn blocking_enter_leave_balance() {
             t.join().unwrap();
         }
         assert_eq!((comp.blocked(), comp.waiting()), (0, 0));
+    });
+}
+
+/// Issue 10 item 9: only the last searcher to park scans the queues. Worker
+/// 1 searches; worker 2 was refused the search (the cap) and parks without
+/// a scan while worker 1 still searches. The owner pushes onto its own
+/// deque and blocks until the job has run: whichever way the push, the
+/// offer and the two parks interleave, someone runs it (worker 1 scans when
+/// it parks as the last searcher, or the offer wakes a sleeper).
+#[test]
+fn only_the_last_searcher_scans_before_parking() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let sleep = Arc::new(Sleep::new(3));
+        let deque = Arc::new(Deque::default());
+        let done = Arc::new(Done::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        sleep.add_searcher();
+        let idle: Vec<_> = [(1, true), (2, false)]
+            .into_iter()
+            .map(|(index, searching)| {
+                let (s, d, f, st) = (sleep.clone(), deque.clone(), done.clone(), stop.clone());
+                thread::spawn(move || idle_worker(&s, &d, &f, &st, index, searching))
+            })
+            .collect();
+        deque.push();
+        sleep.notify_after_local_push(7);
+        done.wait();
+        stop.store(true, SeqCst);
+        sleep.notify_all();
+        for w in idle {
+            w.join().unwrap();
+        }
+        assert_eq!(sleep.counts(), (0, 0));
+    });
+}
+
+/// An idle worker of the model above: takes the job if it is there, else
+/// parks as `main_loop` does (a searcher or not); leaves on `stop`.
+fn idle_worker(sleep: &Sleep, deque: &Deque, done: &Done, stop: &AtomicBool, index: usize, mut searching: bool) {
+    loop {
+        if deque.take() {
+            done.set();
+            if searching {
+                searching = false;
+                if sleep.stop_searching() && !deque.is_empty() {
+                    sleep.notify_one();
+                }
+            }
+        }
+        if stop.load(SeqCst) {
+            break;
+        }
+        sleep.park(index, searching, None, |scan| stop.load(SeqCst) || (scan && !deque.is_empty()));
+        searching = true;
+    }
+    if searching {
+        sleep.stop_searching();
+    }
+}
+
+/// Rule 5: a global push wakes nobody while a worker spins. Worker 0 spins
+/// (one look) and worker 1 parks without searching; two foreign jobs
+/// arrive, each with `notify_global`. Both are taken however the spin,
+/// the parks and the pushes interleave: the spinner takes one and hands
+/// the wake-up on, or gives up and parks, and its park re-scans.
+#[test]
+fn global_push_skips_the_wake_up_while_a_worker_spins() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let queue = Arc::new(Injector::default());
+        let workers: Vec<_> = [(0, true), (1, false)]
+            .into_iter()
+            .map(|(i, spin)| {
+                let (s, q) = (sleep.clone(), queue.clone());
+                thread::spawn(move || worker_from(&s, &|| q.take(), &|| q.has_work(), i, 1, false, spin))
+            })
+            .collect();
+        for _ in 0..2 {
+            queue.push();
+            sleep.notify_global();
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(queue.0.load(SeqCst), 0);
+        assert_eq!(sleep.counts(), (0, 0));
+        assert_eq!(sleep.spinners(), 0);
     });
 }

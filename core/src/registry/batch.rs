@@ -138,12 +138,10 @@ impl Pusher<'_> {
                 job.tag_if_unset(|| worker.region.get());
                 self.region = Some(Some(job.tag()));
             }
-            // Every foreign task is a region of its own, as in `enqueue`:
-            // tasks of one batch are as unrelated as tasks submitted apart.
-            None => {
-                job.tag_if_unset(crate::isolation::fresh_region);
-                self.region = Some(None);
-            }
+            // A foreign task stays untagged, as in `enqueue`: it gets a
+            // region of its own when it runs, so tasks of one batch are as
+            // unrelated as tasks submitted apart.
+            None => self.region = Some(None),
         }
         self.registry.injector.push(job);
     }

@@ -80,11 +80,6 @@ pub(crate) struct Registry {
     /// still run). Admission counts them as about to take a task, although
     /// the sleep state does not count them as searching yet.
     pub(crate) starting: AtomicUsize,
-    /// Workers in a debounce spin: idle, but neither searching nor parked
-    /// (see `sleep/README.md`, rule 5). On a cache line of its own: spinners
-    /// write it once per spin, and it must not share a line with what every
-    /// submitter reads (`state`).
-    pub(crate) spinning: CachePadded<AtomicUsize>,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -131,7 +126,6 @@ impl Registry {
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),
             starting: AtomicUsize::new(0),
-            spinning: CachePadded::new(AtomicUsize::new(0)),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),
@@ -154,6 +148,7 @@ impl Registry {
     }
 
     /// The worker this thread is, if it belongs to this pool.
+    #[inline]
     pub(crate) fn current_worker(&self) -> Option<&WorkerThread> {
         WorkerThread::current().filter(|w| std::ptr::eq(Arc::as_ptr(&w.registry), self))
     }
@@ -193,7 +188,7 @@ impl Registry {
         st.steals = sum(|c| c.steals.load(Relaxed));
         st.spin_hits = sum(|c| c.spin_hits.load(Relaxed));
         st.spin_misses = sum(|c| c.spin_misses.load(Relaxed));
-        st.submitted = sum(|c| c.submitted.load(Relaxed)) + self.counters.submitted.sum();
+        st.submitted = sum(|c| c.submitted.load(Relaxed)) + self.counters.submitted.sum() + self.inflight.submitted();
         st.spin_threshold_ns = self.slots[..n]
             .iter()
             .filter(|s| s.occupied.load(Relaxed))

@@ -4,8 +4,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
 
 use crossbeam_deque::Steal;
@@ -24,8 +24,10 @@ impl Registry {
     /// drained). A foreign submitter holds an [`InFlight`] ticket until its
     /// job is pushed (the returned guard), which is what makes closing the
     /// pool atomic: see [`InFlight`].
+    #[inline]
     pub(crate) fn open_submission(&self, worker: Option<&WorkerThread>) -> Result<Admitted<'_>, SubmitErrorKind> {
-        let admitted = Admitted { registry: self, stripe: worker.is_none().then(|| self.inflight.enter()) };
+        let admitted =
+            Admitted { registry: self, stripe: worker.is_none().then(|| self.inflight.enter()), counted: false };
         match self.state() {
             RUNNING => Ok(admitted),
             DRAINING if worker.is_some() => Ok(admitted),
@@ -45,6 +47,7 @@ impl Registry {
     /// Decides whether a submission may enter the pool (capacity and reject
     /// policy). Runs before the task is boxed, so a refusal can hand the
     /// caller its task back.
+    #[inline]
     pub(super) fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
         if !self.tracks_queue {
             return Ok(Admission::Queue);
@@ -108,7 +111,7 @@ impl Registry {
     /// start hook may still run), searching, spinning or parked idle.
     pub(super) fn idle_or_starting(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
-        searching + sleeping + self.spinning.load(SeqCst) + self.starting.load(SeqCst)
+        searching + sleeping + self.sleep.spinners() + self.starting.load(SeqCst)
     }
 
     /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
@@ -170,7 +173,7 @@ impl Registry {
         into_job: impl FnOnce(F) -> JobRef,
     ) -> Result<(), SpawnError<F>> {
         let worker = self.current_worker();
-        let open = match self.open_submission(worker) {
+        let mut open = match self.open_submission(worker) {
             Ok(open) => open,
             Err(kind) => return Err(SpawnError::new(kind, task)),
         };
@@ -179,15 +182,15 @@ impl Registry {
             Ok(Admission::RunOnCaller) => {
                 // Not queued: the ticket must not hold a closing pool up for
                 // as long as the task runs.
+                open.count_task(worker);
                 drop(open);
-                self.count_submitted(worker);
                 self.run_on_caller(into_job(task));
                 Ok(())
             }
             Ok(Admission::Queue) => {
                 let job = into_job(task);
                 let job = if stats::should_sample_delay() { sampled(job) } else { job };
-                self.count_submitted(worker);
+                open.count_task(worker);
                 self.enqueue(worker, job, global);
                 Ok(())
             }
@@ -224,8 +227,10 @@ impl Registry {
 
     /// The one place a job enters a queue: the calling worker's own deque
     /// unless `global` (or the caller is not a worker of this pool), else the
-    /// injector. The job joins the submitting task's isolation region, or a
-    /// fresh one from outside the pool. The injector's push reserves its
+    /// injector. The job joins the submitting task's isolation region; a job
+    /// from outside the pool keeps tag 0 and gets a fresh region when it
+    /// starts (`isolation::region_of`), which no waiter can take it before:
+    /// waiters never take from the injector. The injector's push reserves its
     /// slot with a SeqCst CAS, which orders it before `notify_one`'s read
     /// like a fence; a local push fences explicitly
     /// (`WorkerThread::push_and_wake`).
@@ -240,7 +245,6 @@ impl Registry {
                 self.notify_new_work(Some(region));
             }
             None => {
-                job.tag_if_unset(crate::isolation::fresh_region);
                 self.injector.push(job);
                 self.notify_new_work(None);
             }
@@ -262,7 +266,7 @@ impl Registry {
     pub(crate) fn notify_new_work(self: &Arc<Self>, region: Option<Tag>) {
         let woke = match region {
             Some(region) => self.sleep.notify_for_push(region),
-            None => self.sleep.notify_one(),
+            None => self.sleep.notify_global(),
         };
         self.after_notify(woke);
     }
@@ -304,36 +308,67 @@ impl Registry {
 /// and the push that makes the job visible. Striped per thread, like the
 /// counters, so concurrent submitters do not share a cache line.
 ///
-/// Closing protocol (every access SeqCst): a submitter increments its
-/// stripe, then reads `state`; shutdown writes `state`, and a worker about
-/// to exit reads every stripe, then scans the queues. Either the
-/// submitter's read comes after the write in the single total order (it
-/// sees the pool closed and backs out), or its increment comes before the
-/// exiting worker's read of that stripe (the worker waits for it to reach
-/// zero, which happens only after the push, which its scan then sees). So
-/// no job is pushed after the last worker looked, and every accepted job is
-/// run (drain) or cancelled (cancel) before shutdown returns. Pool threads
-/// take no ticket: they are alive and run their own deque before exiting.
+/// Each stripe counts tickets taken (`entered`) and given back (`left`),
+/// both only ever growing, so in flight = entered - left. A ticket that
+/// carried a counted task (`Admitted::count_task`) is the pool's count of
+/// foreign submissions too: `left - uncounted`. So a foreign submission
+/// pays two read-modify-writes for both the closing point and its count.
+///
+/// Closing protocol (every access SeqCst): a submitter increments
+/// `entered`, then reads `state`; shutdown writes `state`, and a worker
+/// about to exit reads each stripe's `left` and then its `entered`, then
+/// scans the queues. Either the submitter's read comes after the write in
+/// the single total order (it sees the pool closed and backs out), or its
+/// increment comes before the exiting worker's read of `entered` (the
+/// worker sees entered > left, since `left` was read earlier and counts
+/// only tickets given back by then, and waits; the ticket is given back
+/// only after the push, which its scan then sees). So no job is pushed
+/// after the last worker looked, and every accepted job is run (drain) or
+/// cancelled (cancel) before shutdown returns. Pool threads take no
+/// ticket: they are alive and run their own deque before exiting.
 #[derive(Default)]
 pub(super) struct InFlight {
-    stripes: [CachePadded<AtomicUsize>; stats::STRIPES],
+    stripes: [CachePadded<Tickets>; stats::STRIPES],
+}
+
+#[derive(Default)]
+struct Tickets {
+    entered: AtomicU64,
+    left: AtomicU64,
+    /// Tickets given back without a counted task (refused, or plumbing).
+    uncounted: AtomicU64,
 }
 
 impl InFlight {
+    #[inline]
     pub(super) fn enter(&self) -> usize {
         let stripe = stats::my_stripe();
-        self.stripes[stripe].fetch_add(1, SeqCst);
+        self.stripes[stripe].entered.fetch_add(1, SeqCst);
         stripe
     }
 
-    pub(super) fn leave(&self, stripe: usize) {
-        self.stripes[stripe].fetch_sub(1, SeqCst);
+    #[inline]
+    pub(super) fn leave(&self, stripe: usize, counted: bool) {
+        let tickets = &self.stripes[stripe];
+        if !counted {
+            tickets.uncounted.fetch_add(1, Relaxed);
+        }
+        tickets.left.fetch_add(1, SeqCst);
     }
 
-    /// Each stripe only counts its own threads' open submissions, so it is
-    /// never negative, and all-zero means none is open.
+    /// No submission is open. `left` first: see the protocol above.
     pub(super) fn is_empty(&self) -> bool {
-        self.stripes.iter().all(|s| s.load(SeqCst) == 0)
+        self.stripes.iter().all(|t| {
+            let left = t.left.load(SeqCst);
+            t.entered.load(SeqCst) == left
+        })
+    }
+
+    /// Counted foreign submissions whose ticket was given back.
+    pub(super) fn submitted(&self) -> u64 {
+        let left: u64 = self.stripes.iter().map(|t| t.left.load(SeqCst)).sum();
+        let uncounted: u64 = self.stripes.iter().map(|t| t.uncounted.load(Relaxed)).sum();
+        left.saturating_sub(uncounted)
     }
 }
 
@@ -342,12 +377,27 @@ impl InFlight {
 pub(crate) struct Admitted<'a> {
     registry: &'a Registry,
     stripe: Option<usize>,
+    counted: bool,
+}
+
+impl Admitted<'_> {
+    /// The submission carries a task the pool counts as submitted: in the
+    /// worker's own counters, or (foreign) in the ticket itself.
+    #[inline]
+    pub(crate) fn count_task(&mut self, worker: Option<&WorkerThread>) {
+        if worker.is_none() && self.stripe.is_some() {
+            self.counted = true;
+        } else {
+            self.registry.count_submitted(worker);
+        }
+    }
 }
 
 impl Drop for Admitted<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(stripe) = self.stripe {
-            self.registry.inflight.leave(stripe);
+            self.registry.inflight.leave(stripe, self.counted);
         }
     }
 }
@@ -367,7 +417,7 @@ impl Sampled {
         // SAFETY: a leaked Box<Sampled>, consumed once.
         let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Sampled>().as_ptr()) };
         if let Some(worker) = WorkerThread::current() {
-            worker.registry.delay.record(this.submitted_at);
+            worker.registry.delay.record(worker.index, this.submitted_at);
         }
         // The inner job's answer: a tombstone stays uncounted.
         this.job.run()
