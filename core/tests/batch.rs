@@ -339,3 +339,32 @@ fn batch_tasks_are_sampled_for_queue_delay_like_single_ones() {
         assert!(pool.stats().queue_delay_max_ns > 0, "no task of the batch was sampled");
     });
 }
+
+/// One wake-up per batch still brings in every worker the batch needs (the
+/// woken searcher wakes the next, `sleep/README.md` rule 4): two tasks that
+/// can only finish together run at once on an idle 2-worker pool.
+#[test]
+fn one_batch_wakes_as_many_workers_as_it_needs() {
+    watchdog(HANG, "batch wake-ups", || {
+        let pool = fixed(2);
+        eventually(HANG, "both workers idle", || pool.stats().idle_threads == 2);
+        for _round in 0..20 {
+            let arrived = Arc::new(AtomicUsize::new(0));
+            let done = Arc::new(AtomicUsize::new(0));
+            pool.spawn_batch((0..2).map(|_| {
+                let (arrived, done) = (arrived.clone(), done.clone());
+                move || {
+                    arrived.fetch_add(1, SeqCst);
+                    // Both tasks must be running at once to get past this.
+                    while arrived.load(SeqCst) < 2 {
+                        std::thread::yield_now();
+                    }
+                    done.fetch_add(1, SeqCst);
+                }
+            }))
+            .unwrap();
+            eventually(HANG, "both tasks ran together", || done.load(SeqCst) == 2);
+            eventually(HANG, "both workers idle again", || pool.stats().idle_threads == 2);
+        }
+    });
+}
