@@ -1,13 +1,17 @@
 """Reads the callgrind files of bench/callgrind/run.sh and prints
-instructions per task: the submitter's (the main thread between the
-"zero" and "submit" client requests: exact, it repeats to the instruction)
-and the pool threads' (the workers plus the monitor, whole run with the
-measured flood minus the same run without it, divided by N: it includes
-idle spinning, so it moves a little from run to run). Then the submit
-path's functions by inclusive cost per task."""
+instructions per task, medians over the measured runs of each variant: the
+submitter's (the main thread between the "zero" and "submit" client
+requests) and the pool threads' (the workers plus the monitor, whole run
+with the measured flood minus the same run without it, divided by N; it
+includes idle spinning). Both repeat to a fraction of an instruction
+unless the threads' interleaving under valgrind made the workers park more
+often (then both are higher: wake-ups), which the median of several runs
+shrugs off. Then the submit path's functions by inclusive cost per task,
+from the median run."""
 import glob
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -55,20 +59,28 @@ def main(out, n, batch, variants):
     n = int(n)
     print(f"\nCallgrind: instructions per task, W1 flood of {n} tasks, 2 FIXED workers "
           f"(batch variants: {batch} tasks per call)\n")
-    print("| variant | submitter, Ir/task | pool threads, Ir/task |")
+    print("| variant | submitter, Ir/task (min–max) | pool threads, Ir/task |")
     print("|---|---|---|")
     tops = []
     for v in variants:
         d = os.path.join(out, v)
-        sub = glob.glob(os.path.join(d, "cg.out.1-01"))
-        if not sub:
+        base = os.path.join(out, v + "_base")
+        runs = []
+        for r in sorted(glob.glob(os.path.join(d, "run*"))):
+            sub = os.path.join(r, "cg.out.1-01")
+            if os.path.exists(sub):
+                pool = (pool_threads_total(r) - pool_threads_total(base)) / n if os.path.isdir(base) else None
+                runs.append((totals(sub) / n, pool, sub))
+        if not runs:
             print(f"| {v} | (no submit dump) | |")
             continue
-        submitter = totals(sub[0]) / n
-        base = os.path.join(out, v + "_base")
-        pool = (pool_threads_total(d) - pool_threads_total(base)) / n if os.path.isdir(base) else None
-        print(f"| {v} | {submitter:.1f} | {'n/a' if pool is None else f'{pool:.1f}'} |")
-        tops.append((v, top_functions(sub[0], n)))
+        runs.sort(key=lambda x: x[0])
+        submitter, _, median_file = runs[len(runs) // 2]
+        pools = [p for _, p, _ in runs if p is not None]
+        pool = statistics.median(pools) if pools else None
+        spread = f" ({runs[0][0]:.1f}–{runs[-1][0]:.1f})" if len(runs) > 1 else ""
+        print(f"| {v} | {submitter:.1f}{spread} | {'n/a' if pool is None else f'{pool:.1f}'} |")
+        tops.append((v, top_functions(median_file, n)))
     for v, rows in tops:
         print(f"\n{v}: submit path, inclusive Ir per task")
         for ir, name in rows:
