@@ -23,6 +23,7 @@ use crate::sleep::Sleep;
 use crate::stats::{QueueDelay, SharedCounters, Stats, WorkerCounters};
 use crate::worker::WorkerThread;
 
+mod batch;
 mod shutdown;
 mod submit;
 

@@ -48,7 +48,7 @@ impl Registry {
     /// policy). Runs before the task is boxed, so a refusal can hand the
     /// caller its task back.
     #[inline]
-    fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
+    pub(super) fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
         if !self.tracks_queue {
             return Ok(Admission::Queue);
         }
@@ -431,7 +431,7 @@ impl Sampled {
 }
 
 #[cold]
-fn sampled(job: JobRef) -> JobRef {
+pub(super) fn sampled(job: JobRef) -> JobRef {
     let vtable = if job.evictable() { &Sampled::EVICTABLE } else { &Sampled::PINNED };
     let boxed = Box::new(Sampled { job, submitted_at: Instant::now() });
     let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();
