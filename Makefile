@@ -35,6 +35,7 @@ help:
 	@echo "  make demo          run the demos: Rust, C examples, reactor server, Python (about 30 s warm)"
 	@echo "  make test          every suite: Rust, loom, C, Python, reactor, doc snippets (installs tools; says which)"
 	@echo "  make bench         the benchmark suites (docs/benchmarks.md)"
+	@echo "  make bench-callgrind  instructions per task of the W1 flood, C and Rust, under callgrind"
 	@echo "  make examples      build the C examples into examples-c/bin"
 	@echo "  make install       install libwspool under PREFIX (default /usr/local; DESTDIR honoured)"
 	@echo "  make python-install  create ./.venv and install the Python package into it"

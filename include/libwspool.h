@@ -393,6 +393,20 @@ typedef struct wspool_submit_opts {
 } wspool_submit_opts;
 
 /**
+ * One task of a batch (`wspool_submit_batch`): `fn(arg)`.
+ */
+typedef struct wspool_batch_item {
+  /**
+   * The task's function; must not be NULL.
+   */
+  wspool_fn fn;
+  /**
+   * Its argument, owned by the pool once the task is accepted (as for `wspool_submit`).
+   */
+  void *arg;
+} wspool_batch_item;
+
+/**
  * Memory for a group placed by `wspool_group_init`: declare one (on the stack, in a struct),
  * pass its address to `wspool_group_init`, and keep it, unmoved and untouched, until
  * `wspool_group_fini` returned. Its contents are private to the library.
@@ -669,6 +683,26 @@ int wspool_submit_opts_init_sized(struct wspool_submit_opts *opts, size_t size);
  * is called. A task accepted without `on_cancel` that is dropped unrun leaves `arg` to the caller.
  */
 int wspool_submit_ex(struct wspool *pool, wspool_fn fn, void *arg, const struct wspool_submit_opts *opts, struct wspool_task **out_task);
+
+/**
+ * Submits `n` tasks in one call: like `n` calls of `wspool_submit_ex` with the same `opts` (NULL
+ * = defaults; `opts->on_cancel` applies to every task, no task handles), but with one admission
+ * ticket, one counter update and one wake-up for the batch. Tasks enter the queue in array order.
+ * With `opts->group` or `opts->serial` the tasks are submitted one by one (same rules, no shared
+ * wake-up).
+ *
+ * `*accepted` (required) receives how many tasks, from the start of the array, were accepted. A
+ * batch is accepted in order up to its first refused task: `WSPOOL_OK` means all `n` were (and
+ * `*accepted == n`); otherwise the status says why task `*accepted` was refused (`WSPOOL_ESHUTDOWN`,
+ * `WSPOOL_EREJECTED`, `WSPOOL_EINVAL` for a group or serial queue of another pool). Ownership
+ * follows each task: the pool owns the `arg` of `items[0 .. *accepted)` exactly as for an
+ * accepted `wspool_submit_ex` (its `fn` or `on_cancel` is called exactly once); the caller keeps
+ * the `arg` of `items[*accepted .. n)`, and neither function is called for them. Every `fn` is
+ * checked before anything is submitted: one NULL `fn` (or `items` NULL with `n > 0`) is
+ * `WSPOOL_EINVAL` with `*accepted == 0`. `n == 0` is `WSPOOL_OK`. The array is only read during
+ * the call.
+ */
+int wspool_submit_batch(struct wspool *pool, const struct wspool_batch_item *items, size_t n, const struct wspool_submit_opts *opts, size_t *accepted);
 
 /**
  * Fork-join without allocation: runs `a(arg_a)` on the caller and offers `b(arg_b)` to other

@@ -213,7 +213,7 @@ fn w1_flood(cfg: &Config, report: &mut Report) {
     let per_s = |dt: Duration| n as f64 / dt.as_secs_f64() / 1e6;
     // Each run's submit phase alone (until the last submit returns), per
     // contender: tells the submitter's cost apart from the workers'.
-    let submit_rates: Vec<RefCell<Vec<f64>>> = (0..5).map(|_| RefCell::new(Vec::new())).collect();
+    let submit_rates: Vec<RefCell<Vec<f64>>> = (0..6).map(|_| RefCell::new(Vec::new())).collect();
     let timed = |k: usize, submit: &mut dyn FnMut(), wait: &mut dyn FnMut()| -> f64 {
         let t0 = Instant::now();
         submit();
@@ -226,6 +226,7 @@ fn w1_flood(cfg: &Config, report: &mut Report) {
     let timed = &timed;
     let ws = ws_pool("wsb1s", th);
     let wg = ws_pool("wsb1g", th);
+    let wb = ws_pool("wsb1b", th);
     let rp = rayon_pool("rayb1-", th);
     let tp = tp_pool("tpb1", th);
     let rt = tokio_rt("tokb1", th);
@@ -299,8 +300,24 @@ fn w1_flood(cfg: &Config, report: &mut Report) {
             )
         },
     ));
+    // Pushed last: `submit_rates[k]` belongs to `cs[k]`.
+    cs.push(Contender::new("wspool spawn_batch", "`Pool::spawn_batch`, 256 tasks per call", true, || {
+        c.arm(n);
+        timed(
+            5,
+            &mut || {
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(256);
+                    wb.spawn_batch((0..k).map(|_| move || c.hit())).expect("spawn_batch");
+                    left -= k;
+                }
+            },
+            &mut || c.wait(),
+        )
+    }));
     let res = run_rounds(&mut cs, 1, cfg.reps, pacing(cfg));
-    let stats = vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wg)];
+    let stats = vec![ws_stats_line(&cs[0].name, &ws), ws_stats_line(&cs[1].name, &wg), ws_stats_line(&cs[5].name, &wb)];
     for (k, r) in submit_rates.iter().enumerate() {
         // Warm-up and repeated runs are in here too; the median shrugs them off.
         if let Some(sm) = summarize(&r.borrow()) {

@@ -58,6 +58,24 @@ static void mp_submit(mpool *p, void (*fn)(void *), void *arg) {
     pthread_mutex_unlock(&p->m);
 }
 
+/* A batch: one lock and one broadcast for up to n items. */
+static void mp_submit_batch(mpool *p, const item *items, size_t n) {
+    pthread_mutex_lock(&p->m);
+    while (p->len + n > p->cap) {
+        size_t ncap = p->cap * 2;
+        item *nr = malloc(ncap * sizeof *nr);
+        for (size_t i = 0; i < p->len; i++) nr[i] = p->ring[(p->head + i) % p->cap];
+        free(p->ring);
+        p->ring = nr;
+        p->cap = ncap;
+        p->head = 0;
+    }
+    for (size_t i = 0; i < n; i++) p->ring[(p->head + p->len + i) % p->cap] = items[i];
+    p->len += n;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->m);
+}
+
 static void mp_init(mpool *p) {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->m, NULL);
@@ -95,6 +113,17 @@ int main(void) {
     sem_wait(&done);
     uint64_t t1 = now_ns();
     printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    /* W1 in batches */
+    item batch[W1_BATCH];
+    for (int i = 0; i < W1_BATCH; i++) batch[i] = (item){tiny, NULL};
+    atomic_store(&counter, 0);
+    t0 = now_ns();
+    for (int i = 0; i < W1_TASKS; i += W1_BATCH)
+        mp_submit_batch(&p, batch, (size_t)(W1_TASKS - i < W1_BATCH ? W1_TASKS - i : W1_BATCH));
+    sem_wait(&done);
+    t1 = now_ns();
+    printf("W1b_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    /* W5 right after the floods */
     report_idle();
 
     uint64_t *lat = malloc(sizeof(uint64_t) * W3_ROUNDS);

@@ -108,7 +108,19 @@ int main(void) {
     sem_wait(&done);
     uint64_t t1 = now_ns();
     printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
-    /* W5 right after W1 */
+    /* W1 in batches */
+    wspool_batch_item batch[W1_BATCH];
+    for (int i = 0; i < W1_BATCH; i++) batch[i] = (wspool_batch_item){tiny, NULL};
+    atomic_store(&counter, 0);
+    t0 = now_ns();
+    for (int i = 0; i < W1_TASKS; i += W1_BATCH) {
+        size_t n = (size_t)(W1_TASKS - i < W1_BATCH ? W1_TASKS - i : W1_BATCH), accepted;
+        if (wspool_submit_batch(pool, batch, n, NULL, &accepted) != WSPOOL_OK) return 1;
+    }
+    sem_wait(&done);
+    t1 = now_ns();
+    printf("W1b_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    /* W5 right after the floods */
     report_idle();
 
     printf("W2_ms %.2f\n", run_fib(fib_join));

@@ -1,12 +1,14 @@
 /* Shared helpers of the C benchmarks: clocks, percentiles, output.
  * Every bench binary prints lines "KEY VALUE" that report.py aggregates:
  *   W1_mtps   flood: 1,000,000 tiny tasks from one foreign thread, M tasks/s
+ *   W1b_mtps  the same flood submitted in batches of W1_BATCH (one call, one lock or
+ *             admission, one wake-up per batch), M tasks/s
  *   W2_ms     fork-join fib(25), every level forked, ms
  *   W2g_ms    the same with a group per join placed on the stack (wspool only), ms
  *   W2gh_ms   the same with a heap group per join (wspool only), ms
  *   W3_p50_us / W3_p99_us   ping-pong: submit one task, wait for it, 50,000 times
  *   W4_mtps   nested: 200 roots each spawn 1,000 children and wait, M tasks/s
- *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 */
+ *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 and W1b */
 #ifndef WSPOOL_BENCH_COMMON_H
 #define WSPOOL_BENCH_COMMON_H
 
@@ -17,6 +19,7 @@
 #include <time.h>
 
 #define W1_TASKS 1000000
+#define W1_BATCH 256
 #define W2_FIB 25
 #define W3_ROUNDS 50000
 #define W4_ROOTS 200

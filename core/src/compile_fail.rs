@@ -39,6 +39,36 @@
 //! pool.spawn(move || assert_eq!(borrowed.len(), 3)).unwrap();
 //! ```
 //!
+//! # `Pool::spawn_batch` and `Pool::submit_batch`
+//!
+//! Every task of a batch must be `Send` and `'static`, as for `spawn`:
+//!
+//! ```compile_fail,E0277
+//! let pool = wspool::Pool::builder().min_threads(1).build().unwrap();
+//! let shared = std::rc::Rc::new(5);
+//! pool.spawn_batch([move || drop(shared)]).unwrap();
+//! ```
+//!
+//! ```
+//! let pool = wspool::Pool::builder().min_threads(1).build().unwrap();
+//! let shared = std::sync::Arc::new(5);
+//! pool.spawn_batch([move || drop(shared)]).unwrap();
+//! ```
+//!
+//! ```compile_fail,E0597
+//! let pool = wspool::Pool::builder().min_threads(1).build().unwrap();
+//! let local = vec![1, 2, 3];
+//! let borrowed = &local;
+//! pool.submit_batch([move || borrowed.len()]).unwrap();
+//! ```
+//!
+//! ```
+//! let pool = wspool::Pool::builder().min_threads(1).build().unwrap();
+//! static LOCAL: [i32; 3] = [1, 2, 3];
+//! let borrowed = &LOCAL;
+//! pool.submit_batch([move || borrowed.len()]).unwrap();
+//! ```
+//!
 //! # `Pool::submit`
 //!
 //! Neither the closure nor its result may be non-`Send`:

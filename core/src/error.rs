@@ -64,6 +64,67 @@ impl<F> fmt::Display for SpawnError<F> {
 
 impl<F> std::error::Error for SpawnError<F> {}
 
+/// A batch submission that stopped at a refused task
+/// ([`Pool::spawn_batch`](crate::Pool::spawn_batch),
+/// [`Pool::submit_batch`](crate::Pool::submit_batch)). A batch is accepted
+/// in order up to its first refusal: the first [`accepted`](Self::accepted)
+/// tasks were accepted (they run, or are cancelled like any accepted task;
+/// `submit_batch` hands back their handles, `H`), and the refused task and
+/// every task after it come back untouched, in order
+/// ([`into_rest`](Self::into_rest)). The pool never drops a task of a batch
+/// it did not accept.
+pub struct BatchError<F, H = ()> {
+    kind: SubmitErrorKind,
+    accepted: Vec<H>,
+    rest: Vec<F>,
+}
+
+impl<F, H> BatchError<F, H> {
+    pub(crate) fn new(kind: SubmitErrorKind, accepted: Vec<H>, rest: Vec<F>) -> Self {
+        BatchError { kind, accepted, rest }
+    }
+
+    /// Why the first refused task was refused.
+    pub fn kind(&self) -> SubmitErrorKind {
+        self.kind
+    }
+
+    /// How many tasks, from the start of the batch, were accepted.
+    pub fn accepted(&self) -> usize {
+        self.accepted.len()
+    }
+
+    /// The refused task and every task after it, in batch order, never run.
+    pub fn into_rest(self) -> Vec<F> {
+        self.rest
+    }
+
+    /// The accepted tasks' handles (for `submit_batch`; `()` each for
+    /// `spawn_batch`) and the refused tasks, both in batch order.
+    pub fn into_parts(self) -> (Vec<H>, Vec<F>) {
+        (self.accepted, self.rest)
+    }
+}
+
+impl<F, H> fmt::Debug for BatchError<F, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchError")
+            .field("kind", &self.kind)
+            .field("accepted", &self.accepted.len())
+            .field("refused", &self.rest.len())
+            .finish()
+    }
+}
+
+impl<F, H> fmt::Display for BatchError<F, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batch stopped after {} accepted tasks, {} refused: ", self.accepted.len(), self.rest.len())?;
+        fmt::Display::fmt(&SpawnError::new(self.kind, ()), f)
+    }
+}
+
+impl<F, H> std::error::Error for BatchError<F, H> {}
+
 /// Why a task produced no value.
 pub enum TaskError {
     /// The task panicked; the payload is the panic's.

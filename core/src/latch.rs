@@ -223,6 +223,7 @@ impl OwnerLatch {
 }
 
 impl Awaitable for OwnerLatch {
+    #[inline]
     fn probe(&self) -> bool {
         self.state.load(SeqCst) == SET
     }

@@ -57,7 +57,7 @@ pub use cq::{
     CloseMode, CompletionQueue, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError,
     DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET,
 };
-pub use error::{ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
+pub use error::{BatchError, ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::{Group, GroupPlace, LocalGroup};
 pub use growth::{blocking, blocking_begin, blocking_end};
 pub use isolation::isolate;

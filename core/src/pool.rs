@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Builder;
-use crate::error::{ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind};
+use crate::error::{BatchError, ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind};
 use crate::group::Group;
 use crate::growth::Monitor;
 use crate::job::HeapJob;
@@ -134,6 +134,78 @@ impl Pool {
             (None, Some(group)) => group.spawn_inner(f, opts.global),
             (None, None) => self.registry().submit_job(f, opts.global, HeapJob::into_job_ref),
         }
+    }
+
+    /// Runs every task of `tasks` on the pool, fire and forget, like as
+    /// many `spawn` calls but with one admission ticket, one counter update
+    /// and one wake-up for the whole batch (what that saves per task is in
+    /// `docs/benchmarks.md`, "Instruction counts"). Tasks enter the queue in
+    /// iteration order, from a pool thread into its own deque, from
+    /// elsewhere into the global queue. The iterator is collected before
+    /// the pool is touched, so it may do anything, the pool's own calls
+    /// included.
+    ///
+    /// Errors: the batch is accepted in order up to its first refused task
+    /// (the pool is shut down, or a bounded queue's reject policy refused
+    /// it). [`BatchError::accepted`] tasks were accepted and are treated
+    /// like any accepted task; the refused one and all after it come back
+    /// unrun in [`BatchError::into_rest`]. With the default unbounded queue
+    /// a batch is refused only as a whole, by a shutdown that began before
+    /// the call.
+    pub fn spawn_batch<I>(&self, tasks: I) -> Result<(), BatchError<I::Item>>
+    where
+        I: IntoIterator,
+        I::Item: FnOnce() + Send + 'static,
+    {
+        self.spawn_batch_with(SpawnOptions::default(), tasks)
+    }
+
+    /// `spawn_batch` with options, applied to every task. With a group or a
+    /// serial queue the tasks are submitted one by one (same error rules,
+    /// no shared wake-up): their own bookkeeping is per task anyway.
+    pub fn spawn_batch_with<I>(&self, opts: SpawnOptions<'_>, tasks: I) -> Result<(), BatchError<I::Item>>
+    where
+        I: IntoIterator,
+        I::Item: FnOnce() + Send + 'static,
+    {
+        let tasks: Vec<I::Item> = tasks.into_iter().collect();
+        if let Err(kind) = self.check_owner(&opts) {
+            return Err(BatchError::new(kind, Vec::new(), tasks));
+        }
+        if opts.group.is_none() && opts.serial.is_none() {
+            let into_job = |f| (HeapJob::into_job_ref(f), ());
+            return self.registry().submit_batch(tasks, opts.global, into_job).map(drop);
+        }
+        let mut tasks = tasks.into_iter();
+        let mut accepted = Vec::new();
+        while let Some(task) = tasks.next() {
+            if let Err(e) = self.spawn_with(opts, task) {
+                let kind = e.kind();
+                let rest = std::iter::once(e.into_task()).chain(tasks).collect();
+                return Err(BatchError::new(kind, accepted, rest));
+            }
+            accepted.push(());
+        }
+        Ok(())
+    }
+
+    /// `spawn_batch` with a handle per task, like as many `submit` calls:
+    /// the handles come back in batch order. On a refusal the accepted
+    /// tasks' handles are in the error ([`BatchError::into_parts`]), with
+    /// the refused tasks.
+    #[allow(clippy::type_complexity)]
+    pub fn submit_batch<I, F, T>(&self, tasks: I) -> Result<Vec<TaskHandle<T>>, BatchError<F, TaskHandle<T>>>
+    where
+        I: IntoIterator<Item = F>,
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let tasks: Vec<F> = tasks.into_iter().collect();
+        let registry = self.registry();
+        registry.submit_batch(tasks, false, |f| {
+            let (handle, job) = TaskHandle::new(registry, f);
+            (job, handle)
+        })
     }
 
     /// Refuses a group or serial queue of another pool: its tasks would run

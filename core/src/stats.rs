@@ -179,6 +179,19 @@ pub(crate) fn should_sample_delay() -> bool {
     })
 }
 
+/// `should_sample_delay` for `n` submissions at once (a batch): advances
+/// this thread's tick by `n` and returns it as it was; submission `i`
+/// (from 0) of the batch is sampled when `tick + i + 1` is a multiple of
+/// `DELAY_SAMPLE_EVERY`, as if each had asked.
+#[inline]
+pub(crate) fn take_sample_ticks(n: usize) -> u32 {
+    SAMPLE_TICK.with(|t| {
+        let v = t.get();
+        t.set(v.wrapping_add(n as u32));
+        v
+    })
+}
+
 /// Recent queue-delay samples: one ring per worker stripe, so workers
 /// recording at once do not contend for one lock (a single ring's mutex
 /// showed up in a flood's profile).

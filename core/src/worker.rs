@@ -13,9 +13,10 @@
 //!    submission order, and a worker that blocks holds none of it hostage;
 //! 4. only a worker admitted as a *searcher* (at most half the pool, see
 //!    `sleep/README.md`) steals from another worker, starting at a random
-//!    victim, retrying while any victim answered `Steal::Retry`: one job
-//!    from its deque (the oldest, the biggest piece of a fork-join tree, as
-//!    rayon does), else a batch from its inbox (global work).
+//!    victim, retrying while any victim answered `Steal::Retry`: a batch
+//!    from its inbox (global work it took and has not started: older, and
+//!    nobody waits for it), else one job from its deque (the oldest, the
+//!    biggest piece of a fork-join tree, as rayon does).
 //!
 //! Threads injected by the starvation monitor swap 3 and 4: they take work
 //! already in flight before new global work, which is the fix seed 000 asks
@@ -59,6 +60,9 @@ enum Source {
 pub(crate) struct WorkerThread {
     pub(crate) registry: Arc<Registry>,
     pub(crate) index: usize,
+    /// This worker's counters in its slot (read on every task: cached
+    /// rather than indexed through the registry each time).
+    counters: std::ptr::NonNull<WorkerCounters>,
     pub(crate) deque: Worker<JobRef>,
     /// FIFO: global work taken in a batch (see the module comment).
     inbox: Worker<JobRef>,
@@ -121,8 +125,11 @@ impl WorkerThread {
         }
     }
 
+    #[inline]
     pub(crate) fn counters(&self) -> &WorkerCounters {
-        &self.registry.slots[self.index].counters
+        // SAFETY: points into `registry.slots`, a boxed slice never
+        // reallocated, and `self.registry` keeps the registry alive.
+        unsafe { self.counters.as_ref() }
     }
 
     /// Thread entry point.
@@ -130,6 +137,7 @@ impl WorkerThread {
         let LocalQueues { deque, inbox } = queues;
         let worker = WorkerThread {
             stack_low: crate::wait::stack_low_bound(registry.config.stack_size),
+            counters: std::ptr::NonNull::from(&*registry.slots[index].counters),
             registry,
             index,
             deque,
@@ -207,8 +215,10 @@ impl WorkerThread {
             // spinner is not parked, so a submitter that sees nobody
             // searching finds nobody to wake and pays no system call. Only
             // an admitted searcher steals while it spins.
-            if let Some(budget) = debounce.spin_budget(Instant::now()) {
-                if let Some(job) = self.spin(budget, searching) {
+            if let Some(budget) = debounce.spin_budget(Instant::now())
+                && let Some(found) = self.spin(budget, searching)
+            {
+                if let Some(job) = found {
                     debounce.record(true);
                     // A hit is a wake-up without the system call: judge the
                     // next idle moment from here.
@@ -266,13 +276,38 @@ impl WorkerThread {
     }
 
     /// Spins (scanning the own deque and the injector, and other deques if
-    /// `searching`) for at most `budget`.
-    fn spin(&self, budget: Duration, searching: bool) -> Option<JobRef> {
-        // Counted apart from the sleep state, for stats and admission only.
-        self.registry.spinning.fetch_add(1, SeqCst);
+    /// `searching`) for at most `budget`. `None`: not allowed to spin, since
+    /// half the live workers (at least one) already do
+    /// (`Sleep::try_start_spinning`).
+    fn spin(&self, budget: Duration, searching: bool) -> Option<Option<JobRef>> {
+        let registry = &*self.registry;
+        if !registry.sleep.try_start_spinning(registry.live_threads()) {
+            return None;
+        }
         let found = self.spin_for(budget, searching);
-        self.registry.spinning.fetch_sub(1, SeqCst);
-        found
+        // A global push skips its wake-up while a worker spins: the last
+        // spinner out hands it on if it leaves global work behind. One that
+        // found nothing parks next, and its park re-scans.
+        if registry.sleep.stop_spinning()
+            && found.is_some()
+            && self.global_work_visible()
+            && registry.sleep.notify_global()
+        {
+            registry.monitor.kick();
+        }
+        Some(found)
+    }
+
+    /// Global work another worker could take: in the injector, or in the
+    /// inbox of a stalled worker (what a spinner looks at, see `take_global`).
+    fn global_work_visible(&self) -> bool {
+        let registry = &*self.registry;
+        let n = registry.high_water.load(Acquire);
+        !registry.injector.is_empty()
+            || registry.slots[..n]
+                .iter()
+                .enumerate()
+                .any(|(i, slot)| i != self.index && slot.counters.stalled.load(Relaxed) && !slot.inbox.is_empty())
     }
 
     fn spin_for(&self, budget: Duration, searching: bool) -> Option<JobRef> {
@@ -438,16 +473,17 @@ impl WorkerThread {
                 // A searcher also relieves a busy worker of the global work
                 // it took and has not started (a waiter must not: that is
                 // other regions' work).
-                // From a deque, one job: the oldest, which in a fork-join
-                // tree is the biggest piece (rayon's choice); half the deque
-                // would take the jobs its owner is about to wait for, and
-                // both would then wait on each other's batches. From an
-                // inbox, a batch: global work is independent.
+                // From an inbox, a batch: global work, older than anything
+                // forked since, and nobody waits for it. From a deque, one
+                // job: the oldest, which in a fork-join tree is the biggest
+                // piece (rayon's choice); half the deque would take the jobs
+                // its owner is about to wait for, and both would then wait
+                // on each other's batches.
                 let from_deque = || slot.stealer.steal();
                 let from_inbox = || {
                     if region.is_none() { slot.inbox.steal_batch_and_pop(&self.inbox) } else { Steal::Empty }
                 };
-                for attempt in [&from_deque as &dyn Fn() -> Steal<JobRef>, &from_inbox] {
+                for attempt in [&from_inbox as &dyn Fn() -> Steal<JobRef>, &from_deque] {
                     match attempt() {
                         Steal::Success(job) => {
                             self.count(Source::Stolen);

@@ -88,10 +88,37 @@ impl Done {
 /// re-scan; stop after taking `want` jobs. `retire` lets a timed-out park
 /// retire the worker (keep-alive), as `main_loop` does above `min_threads`.
 fn worker(sleep: &Sleep, take: &dyn Fn() -> bool, has_work: &dyn Fn() -> bool, index: usize, want: usize) {
-    let mut searching = true;
+    worker_from(sleep, take, has_work, index, want, true, false)
+}
+
+/// [`worker`], starting searching or not, and optionally with one debounce
+/// spin first (`try_start_spinning`; the spin is one look at the queue).
+fn worker_from(
+    sleep: &Sleep,
+    take: &dyn Fn() -> bool,
+    has_work: &dyn Fn() -> bool,
+    index: usize,
+    want: usize,
+    mut searching: bool,
+    mut spin: bool,
+) {
     let mut taken = 0;
     while taken < want {
-        if take() {
+        // As in `main_loop`: a spin that found nothing is followed by a park.
+        let mut missed = false;
+        if std::mem::take(&mut spin) && sleep.try_start_spinning(2) {
+            let got = take();
+            // The last spinner out hands on a global push's skipped wake-up.
+            if sleep.stop_spinning() && got && has_work() {
+                sleep.notify_global();
+            }
+            if got {
+                taken += 1;
+                continue;
+            }
+            missed = true;
+        }
+        if !missed && take() {
             taken += 1;
             if searching {
                 searching = false;
@@ -469,4 +496,36 @@ fn idle_worker(sleep: &Sleep, deque: &Deque, done: &Done, stop: &AtomicBool, ind
     if searching {
         sleep.stop_searching();
     }
+}
+
+/// Rule 5: a global push wakes nobody while a worker spins. Worker 0 spins
+/// (one look) and worker 1 parks without searching; two foreign jobs
+/// arrive, each with `notify_global`. Both are taken however the spin,
+/// the parks and the pushes interleave: the spinner takes one and hands
+/// the wake-up on, or gives up and parks, and its park re-scans.
+#[test]
+fn global_push_skips_the_wake_up_while_a_worker_spins() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let queue = Arc::new(Injector::default());
+        let workers: Vec<_> = [(0, true), (1, false)]
+            .into_iter()
+            .map(|(i, spin)| {
+                let (s, q) = (sleep.clone(), queue.clone());
+                thread::spawn(move || worker_from(&s, &|| q.take(), &|| q.has_work(), i, 1, false, spin))
+            })
+            .collect();
+        for _ in 0..2 {
+            queue.push();
+            sleep.notify_global();
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(queue.0.load(SeqCst), 0);
+        assert_eq!(sleep.counts(), (0, 0));
+        assert_eq!(sleep.spinners(), 0);
+    });
 }

@@ -8,7 +8,7 @@ use std::ptr;
 
 use wspool_core::SpawnOptions;
 
-use crate::support::{self, CTask, SendPtr, einval, fail, guard, tsan};
+use crate::support::{self, CTask, Res, SendPtr, einval, fail, guard, tsan};
 use crate::{
     WSPOOL_ESHUTDOWN, WSPOOL_OK, func, group_of, pool_of, serial_of, wspool, wspool_group, wspool_serial, wspool_task,
 };
@@ -75,6 +75,35 @@ fn default_opts() -> wspool_submit_opts {
     }
 }
 
+/// The caller's options (NULL = defaults), read up to its `struct_size`, flags checked.
+fn read_opts(opts: *const wspool_submit_opts) -> Res<wspool_submit_opts> {
+    let mut o = default_opts();
+    if !opts.is_null() {
+        // SAFETY: a non-null opts points to a struct starting with struct_size.
+        let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_SUBMIT_OPTS_MIN_SIZE, "opts")? };
+        // SAFETY: the caller's struct has `size` readable bytes, at least the copied prefix.
+        unsafe { support::copy_prefix(opts, &mut o, support::whole_fields(size, &OPTS_LAYOUTS)) };
+    }
+    if o.flags & !WSPOOL_SUBMIT_GLOBAL != 0 {
+        return einval(format!("opts.flags {:#x} has unknown bits", o.flags));
+    }
+    Ok(o)
+}
+
+/// The core's options for `o`. The core refuses a group or serial queue of another pool
+/// (WrongPool -> `WSPOOL_EINVAL`).
+fn spawn_options<'a>(o: &wspool_submit_opts) -> Res<SpawnOptions<'a>> {
+    let group = match o.group.is_null() {
+        true => None,
+        false => Some(&group_of(o.group)?.group),
+    };
+    let serial = match o.serial.is_null() {
+        true => None,
+        false => Some(&serial_of(o.serial)?.queue),
+    };
+    Ok(SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial })
+}
+
 /// Fills `*opts` with the defaults, `struct_size` included. NULL is ignored (and sets the last error).
 /// The header maps `wspool_submit_opts_init(opts)` to `wspool_submit_opts_init_sized(opts, sizeof *(opts))`.
 #[unsafe(no_mangle)]
@@ -126,26 +155,8 @@ pub unsafe extern "C" fn wspool_submit_ex(
         }
         let p = pool_of(pool)?;
         let f = func(r#fn, "fn")?;
-        let mut o = default_opts();
-        if !opts.is_null() {
-            // SAFETY: a non-null opts points to a struct starting with struct_size.
-            let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_SUBMIT_OPTS_MIN_SIZE, "opts")? };
-            // SAFETY: the caller's struct has `size` readable bytes, at least the copied prefix.
-            unsafe { support::copy_prefix(opts, &mut o, support::whole_fields(size, &OPTS_LAYOUTS)) };
-        }
-        if o.flags & !WSPOOL_SUBMIT_GLOBAL != 0 {
-            return einval(format!("opts.flags {:#x} has unknown bits", o.flags));
-        }
-        let group = match o.group.is_null() {
-            true => None,
-            false => Some(&group_of(o.group)?.group),
-        };
-        let serial = match o.serial.is_null() {
-            true => None,
-            false => Some(&serial_of(o.serial)?.queue),
-        };
-        // The core refuses a group or serial queue of another pool (WrongPool -> WSPOOL_EINVAL).
-        let so = SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial };
+        let o = read_opts(opts)?;
+        let so = spawn_options(&o)?;
         let task = CTask::new(f, arg, o.on_cancel).into_closure();
         if out_task.is_null() {
             p.pool.spawn_with(so, task).map_err(support::refused)?;
@@ -156,6 +167,86 @@ pub unsafe extern "C" fn wspool_submit_ex(
             unsafe { *out_task = Box::into_raw(Box::new(t)) };
         }
         Ok(WSPOOL_OK)
+    })
+}
+
+/// One task of a batch (`wspool_submit_batch`): `fn(arg)`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wspool_batch_item {
+    /// The task's function; must not be NULL.
+    pub r#fn: wspool_fn,
+    /// Its argument, owned by the pool once the task is accepted (as for `wspool_submit`).
+    pub arg: *mut c_void,
+}
+
+/// Submits `n` tasks in one call: like `n` calls of `wspool_submit_ex` with the same `opts` (NULL
+/// = defaults; `opts->on_cancel` applies to every task, no task handles), but with one admission
+/// ticket, one counter update and one wake-up for the batch. Tasks enter the queue in array order.
+/// With `opts->group` or `opts->serial` the tasks are submitted one by one (same rules, no shared
+/// wake-up).
+///
+/// `*accepted` (required) receives how many tasks, from the start of the array, were accepted. A
+/// batch is accepted in order up to its first refused task: `WSPOOL_OK` means all `n` were (and
+/// `*accepted == n`); otherwise the status says why task `*accepted` was refused (`WSPOOL_ESHUTDOWN`,
+/// `WSPOOL_EREJECTED`, `WSPOOL_EINVAL` for a group or serial queue of another pool). Ownership
+/// follows each task: the pool owns the `arg` of `items[0 .. *accepted)` exactly as for an
+/// accepted `wspool_submit_ex` (its `fn` or `on_cancel` is called exactly once); the caller keeps
+/// the `arg` of `items[*accepted .. n)`, and neither function is called for them. Every `fn` is
+/// checked before anything is submitted: one NULL `fn` (or `items` NULL with `n > 0`) is
+/// `WSPOOL_EINVAL` with `*accepted == 0`. `n == 0` is `WSPOOL_OK`. The array is only read during
+/// the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_submit_batch(
+    pool: *mut wspool,
+    items: *const wspool_batch_item,
+    n: usize,
+    opts: *const wspool_submit_opts,
+    accepted: *mut usize,
+) -> c_int {
+    guard("wspool_submit_batch", || {
+        if accepted.is_null() {
+            return einval("accepted is NULL");
+        }
+        // SAFETY: non-null out-pointer.
+        unsafe { *accepted = 0 };
+        let p = pool_of(pool)?;
+        if n == 0 {
+            return Ok(WSPOOL_OK);
+        }
+        if items.is_null() {
+            return einval("items is NULL");
+        }
+        // SAFETY: the caller passes an array of `n` items, read-only during the call.
+        let items = unsafe { std::slice::from_raw_parts(items, n) };
+        if let Some(i) = items.iter().position(|it| it.r#fn.is_none()) {
+            return einval(format!("items[{i}].fn is NULL"));
+        }
+        let o = read_opts(opts)?;
+        let so = spawn_options(&o)?;
+        // Every fn was checked above; `func` cannot fail here.
+        let tasks: Vec<_> = items
+            .iter()
+            .map(|it| CTask::new(it.r#fn.expect("checked above"), it.arg, o.on_cancel).into_closure())
+            .collect();
+        match p.pool.spawn_batch_with(so, tasks) {
+            Ok(()) => {
+                // SAFETY: as above.
+                unsafe { *accepted = n };
+                Ok(WSPOOL_OK)
+            }
+            Err(e) => {
+                // SAFETY: as above.
+                unsafe { *accepted = e.accepted() };
+                let kind = e.kind();
+                // The refused tasks are forgotten, not dropped: their `arg` is still the
+                // caller's and no `on_cancel` may run (`CTask`'s drop would call it).
+                for t in e.into_rest() {
+                    std::mem::forget(t);
+                }
+                Err(support::refused_kind(kind))
+            }
+        }
     })
 }
 

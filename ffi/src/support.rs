@@ -210,9 +210,16 @@ unsafe impl Sync for SendPtr {}
 
 /// Maps a refused submission to its status. The closure comes back unrun and
 /// is forgotten, not dropped: the caller still owns `arg`, no `on_cancel`.
+#[cold]
 pub(crate) fn refused<F>(e: wspool_core::SpawnError<F>) -> Fail {
     let kind = e.kind();
     std::mem::forget(e.into_task());
+    refused_kind(kind)
+}
+
+/// The status and message of a refusal.
+#[cold]
+pub(crate) fn refused_kind(kind: wspool_core::SubmitErrorKind) -> Fail {
     match kind {
         wspool_core::SubmitErrorKind::Rejected => {
             Fail { code: WSPOOL_EREJECTED, msg: "task rejected: the pool's queue is full".into() }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use wspool::{Pool, SubmitErrorKind, TaskHandle};
 
@@ -170,6 +170,67 @@ pub(crate) fn submit_call<'py>(
     let handle = Handle { task: ForkLocal::new(handle, shared.gen_) };
     future.setattr(intern!(py, "_ws_handle"), Bound::new(py, handle)?)?;
     Ok(future)
+}
+
+/// `Pool.submit_batch`: `func(*args)` for each tuple of `arg_tuples`, queued
+/// as one batch (one wake-up); returns the futures in order. On a refusal
+/// the calls before the refused one stay queued and the exception carries
+/// their futures as `futures`; the refused calls' futures are cancelled and
+/// never handed out.
+pub(crate) fn submit_batch_calls<'py>(
+    py: Python<'py>,
+    shared: &Arc<Shared>,
+    pool: &Pool,
+    func: &Bound<'py, PyAny>,
+    arg_tuples: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    shared.check_open(py)?;
+    let epoch = WAIT_EPOCH.load(Ordering::SeqCst);
+    let cpu = current_cpu();
+    let mut futures = Vec::new();
+    let mut jobs = Vec::new();
+    for args in arg_tuples.try_iter()? {
+        let args = args?.cast_into::<PyTuple>().map_err(PyErr::from)?;
+        let future = shared.future_cls.bind(py).call0()?;
+        jobs.push(Job(Some(Call {
+            shared: shared.clone(),
+            submitted: Instant::now(),
+            epoch,
+            cpu,
+            future: future.clone().unbind(),
+            func: func.clone().unbind(),
+            args: args.unbind(),
+            kwargs: None,
+        })));
+        futures.push(future);
+    }
+    let tasks = jobs.into_iter().map(|job| move || job.run());
+    let submit = move || pool.submit_batch(tasks);
+    let (handles, refused) = match if shared.submit_may_block { py.detach(submit) } else { submit() } {
+        Ok(handles) => (handles, None),
+        Err(e) => {
+            let kind = e.kind();
+            let (handles, rest) = e.into_parts();
+            // Dropped with the GIL held: each cancels its future.
+            drop(rest);
+            (handles, Some(kind))
+        }
+    };
+    let accepted = handles.len();
+    for (future, handle) in futures.iter().zip(handles) {
+        let handle = Handle { task: ForkLocal::new(handle, shared.gen_) };
+        future.setattr(intern!(py, "_ws_handle"), Bound::new(py, handle)?)?;
+    }
+    futures.truncate(accepted);
+    let list = PyList::new(py, futures)?;
+    match refused {
+        None => Ok(list),
+        Some(kind) => {
+            let err = submit_error(shared, kind);
+            err.value(py).setattr(intern!(py, "futures"), list)?;
+            Err(err)
+        }
+    }
 }
 
 /// What `submit` raises once the pool is shut down, from any thread (pool

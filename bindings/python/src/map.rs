@@ -137,13 +137,23 @@ impl MapState {
     }
 }
 
-fn spawn_ticket(state: &Arc<MapState>) -> Result<(), SubmitErrorKind> {
+fn new_ticket(state: &Arc<MapState>) -> Ticket {
     state.queued.fetch_add(1, Ordering::SeqCst);
     state.live.fetch_add(1, Ordering::SeqCst);
-    let ticket = Ticket { state: state.clone(), started: false };
-    // A refused ticket comes back in the error and is dropped: its Drop
-    // undoes the counts (and aborts the map only if no other task is left).
+    Ticket { state: state.clone(), started: false }
+}
+
+// A refused ticket comes back in the error and is dropped: its Drop undoes
+// the counts (and aborts the map only if no other task is left).
+fn spawn_ticket(state: &Arc<MapState>) -> Result<(), SubmitErrorKind> {
+    let ticket = new_ticket(state);
     state.owner.pool.spawn(move || ticket.run()).map_err(|e| e.kind())
+}
+
+/// The first `n` tickets of a map, as one batch (one wake-up).
+fn spawn_tickets(state: &Arc<MapState>, n: usize) -> Result<(), SubmitErrorKind> {
+    let tickets: Vec<_> = (0..n).map(|_| new_ticket(state)).collect();
+    state.owner.pool.spawn_batch(tickets.into_iter().map(|t| move || t.run())).map_err(|e| e.kind())
 }
 
 /// One task of a map. It runs the next chunk and, while it holds the GIL
@@ -366,7 +376,7 @@ pub(crate) fn start_map(
     // remain (see `Ticket`). Queueing never needs the GIL, and with
     // reject="block" it may wait for room.
     let first = n.min(owner.pool.min_threads().max(1));
-    if let Err(kind) = py.detach(|| (0..first).try_for_each(|_| spawn_ticket(&state))) {
+    if let Err(kind) = py.detach(|| spawn_tickets(&state, first)) {
         state.cancel(py);
         return Err(submit_error(&owner.shared, kind));
     }

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use wspool::{Growth, Pool, Reject, Shutdown};
 
-use crate::call::{Target, shutdown_error, submit_call};
+use crate::call::{Target, shutdown_error, submit_batch_calls, submit_call};
 use crate::fork::{
     ForkLocal, INIT_DONE, REAPERS, WORKER_OF, check_gen, current_gen, ensure_thread_state, release_thread_state,
 };
@@ -254,6 +254,18 @@ impl Core {
     ) -> PyResult<Bound<'py, PyAny>> {
         let owner = self.live()?;
         submit_call(py, &owner.shared, Target::Pool(&owner.pool), fn_, args, kwargs)
+    }
+
+    /// Queues `fn(*args)` for each tuple of `arg_tuples` as one batch; returns the futures.
+    #[pyo3(signature = (fn_, arg_tuples))]
+    fn submit_batch<'py>(
+        &self,
+        py: Python<'py>,
+        fn_: &Bound<'py, PyAny>,
+        arg_tuples: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let owner = self.live()?;
+        submit_batch_calls(py, &owner.shared, &owner.pool, fn_, arg_tuples)
     }
 
     /// `Executor.map`: calls `fn(*args)` for each tuple of `arg_tuples`, `chunksize` calls per task.

@@ -23,6 +23,7 @@ use crate::sleep::Sleep;
 use crate::stats::{QueueDelay, SharedCounters, Stats, WorkerCounters};
 use crate::worker::WorkerThread;
 
+mod batch;
 mod shutdown;
 mod submit;
 
@@ -79,11 +80,6 @@ pub(crate) struct Registry {
     /// still run). Admission counts them as about to take a task, although
     /// the sleep state does not count them as searching yet.
     pub(crate) starting: AtomicUsize,
-    /// Workers in a debounce spin: idle, but neither searching nor parked
-    /// (see `sleep/README.md`, rule 5). On a cache line of its own: spinners
-    /// write it once per spin, and it must not share a line with what every
-    /// submitter reads (`state`).
-    pub(crate) spinning: CachePadded<AtomicUsize>,
     /// Worker threads that have not finished exiting (shutdown waits on it).
     pub(crate) running_threads: AtomicUsize,
     pub(crate) exited: Signal,
@@ -130,7 +126,6 @@ impl Registry {
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),
             starting: AtomicUsize::new(0),
-            spinning: CachePadded::new(AtomicUsize::new(0)),
             running_threads: AtomicUsize::new(0),
             exited: Signal::default(),
             state: AtomicU8::new(RUNNING),
@@ -153,6 +148,7 @@ impl Registry {
     }
 
     /// The worker this thread is, if it belongs to this pool.
+    #[inline]
     pub(crate) fn current_worker(&self) -> Option<&WorkerThread> {
         WorkerThread::current().filter(|w| std::ptr::eq(Arc::as_ptr(&w.registry), self))
     }

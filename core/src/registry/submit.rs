@@ -24,6 +24,7 @@ impl Registry {
     /// drained). A foreign submitter holds an [`InFlight`] ticket until its
     /// job is pushed (the returned guard), which is what makes closing the
     /// pool atomic: see [`InFlight`].
+    #[inline]
     pub(crate) fn open_submission(&self, worker: Option<&WorkerThread>) -> Result<Admitted<'_>, SubmitErrorKind> {
         let admitted =
             Admitted { registry: self, stripe: worker.is_none().then(|| self.inflight.enter()), counted: false };
@@ -46,7 +47,8 @@ impl Registry {
     /// Decides whether a submission may enter the pool (capacity and reject
     /// policy). Runs before the task is boxed, so a refusal can hand the
     /// caller its task back.
-    fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
+    #[inline]
+    pub(super) fn admit(self: &Arc<Self>, worker: Option<&WorkerThread>) -> Result<Admission, SubmitErrorKind> {
         if !self.tracks_queue {
             return Ok(Admission::Queue);
         }
@@ -109,7 +111,7 @@ impl Registry {
     /// start hook may still run), searching, spinning or parked idle.
     pub(super) fn idle_or_starting(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
-        searching + sleeping + self.spinning.load(SeqCst) + self.starting.load(SeqCst)
+        searching + sleeping + self.sleep.spinners() + self.starting.load(SeqCst)
     }
 
     /// ScaleFirst / QueueFirst growth at submission time. `excess` is how
@@ -264,7 +266,7 @@ impl Registry {
     pub(crate) fn notify_new_work(self: &Arc<Self>, region: Option<Tag>) {
         let woke = match region {
             Some(region) => self.sleep.notify_for_push(region),
-            None => self.sleep.notify_one(),
+            None => self.sleep.notify_global(),
         };
         self.after_notify(woke);
     }
@@ -338,12 +340,14 @@ struct Tickets {
 }
 
 impl InFlight {
+    #[inline]
     pub(super) fn enter(&self) -> usize {
         let stripe = stats::my_stripe();
         self.stripes[stripe].entered.fetch_add(1, SeqCst);
         stripe
     }
 
+    #[inline]
     pub(super) fn leave(&self, stripe: usize, counted: bool) {
         let tickets = &self.stripes[stripe];
         if !counted {
@@ -379,6 +383,7 @@ pub(crate) struct Admitted<'a> {
 impl Admitted<'_> {
     /// The submission carries a task the pool counts as submitted: in the
     /// worker's own counters, or (foreign) in the ticket itself.
+    #[inline]
     pub(crate) fn count_task(&mut self, worker: Option<&WorkerThread>) {
         if worker.is_none() && self.stripe.is_some() {
             self.counted = true;
@@ -389,6 +394,7 @@ impl Admitted<'_> {
 }
 
 impl Drop for Admitted<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(stripe) = self.stripe {
             self.registry.inflight.leave(stripe, self.counted);
@@ -425,7 +431,7 @@ impl Sampled {
 }
 
 #[cold]
-fn sampled(job: JobRef) -> JobRef {
+pub(super) fn sampled(job: JobRef) -> JobRef {
     let vtable = if job.evictable() { &Sampled::EVICTABLE } else { &Sampled::PINNED };
     let boxed = Box::new(Sampled { job, submitted_at: Instant::now() });
     let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();

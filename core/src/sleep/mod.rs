@@ -54,6 +54,13 @@ pub struct Sleep {
     /// looking for a waiter of its region. On a line of its own: waiters
     /// write it at every park, submitters read `state` at every push.
     waiting: CachePadded<AtomicUsize>,
+    /// Workers in a debounce spin: idle, neither searching nor parked, and
+    /// looking at the global queue (README rule 5). Capped at half the live
+    /// workers. A global push that sees one wakes nobody (`notify_global`):
+    /// the spinner takes the job, or hands the wake-up on when it stops.
+    /// On a line of its own: spinners write it once per spin, and it must
+    /// not share one with `state`.
+    spinning: CachePadded<AtomicUsize>,
     /// One parker per worker slot.
     parkers: Box<[Parker]>,
 }
@@ -82,6 +89,7 @@ impl Sleep {
             state: AtomicU64::new(0),
             sleepers: Mutex::new(Lists { idle: Vec::with_capacity(slots), waiters: Vec::new() }),
             waiting: CachePadded::new(AtomicUsize::new(0)),
+            spinning: CachePadded::new(AtomicUsize::new(0)),
             parkers: (0..slots).map(|_| Parker::new()).collect(),
         }
     }
@@ -104,6 +112,38 @@ impl Sleep {
         true
     }
 
+    /// An idle worker asks to spin. At most half the live workers (at least
+    /// one) spin at once: more find nothing more, and only take cores from
+    /// the threads that make the work (a submitter sharing 2 cores with 2
+    /// spinning workers gets two thirds of one).
+    pub fn try_start_spinning(&self, live_workers: usize) -> bool {
+        if self.spinning.fetch_add(1, SeqCst) >= (live_workers / 2).max(1) {
+            self.spinning.fetch_sub(1, SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// The spinner found work or gave up. Returns true when it was the last
+    /// spinner: a global push may have skipped its wake-up because of it,
+    /// so the caller must then re-check the global queue and call
+    /// [`Sleep::notify_global`] if global work is visible (one that gave up
+    /// parks instead, and its park re-scans).
+    pub fn stop_spinning(&self) -> bool {
+        let last = self.spinning.fetch_sub(1, SeqCst) == 1;
+        if last {
+            // Order the decrement before the caller's re-check (pairs with
+            // the submitter's fence before it reads `spinning`).
+            fence(SeqCst);
+        }
+        last
+    }
+
+    /// Workers spinning now.
+    pub fn spinners(&self) -> usize {
+        self.spinning.load(SeqCst)
+    }
+
     /// A new thread is born searching (it will scan the queues first thing).
     pub fn add_searcher(&self) {
         self.state.fetch_add(SEARCHER, SeqCst);
@@ -123,14 +163,31 @@ impl Sleep {
         last
     }
 
-    /// Called by submitters after publishing work: wakes one sleeper, but
-    /// only when nobody is already searching (no thundering herd). The
-    /// caller must order its publication before this call with a SeqCst
-    /// fence (or, in production, a SeqCst read-modify-write such as the
-    /// injector's push, which x86 and the C++20 model both order like one).
+    /// Called after publishing work: wakes one sleeper, but only when
+    /// nobody is already searching (no thundering herd). The caller must
+    /// order its publication before this call with a SeqCst fence (or, in
+    /// production, a SeqCst read-modify-write such as the injector's push,
+    /// which x86 and the C++20 model both order like one).
     pub fn notify_one(&self) -> bool {
         let s = self.state.load(SeqCst);
         if searching(s) > 0 || sleeping(s) == 0 {
+            return false;
+        }
+        self.wake_sleeper(true)
+    }
+
+    /// [`Sleep::notify_one`] for work published to the global queue, which
+    /// a spinning worker looks at too: wakes nobody while one spins (no
+    /// system call while an awake worker is about to take the job). The
+    /// last spinner to stop hands the wake-up on (`stop_spinning`).
+    #[inline]
+    pub fn notify_global(&self) -> bool {
+        // Same fence as notify_one: the caller's, before both loads.
+        // `spinning` is read only when a wake-up is otherwise due: spinners
+        // write it at every spin, so reading it on every push would cost a
+        // flood's submitter a cache miss per task.
+        let s = self.state.load(SeqCst);
+        if searching(s) > 0 || sleeping(s) == 0 || self.spinning.load(SeqCst) > 0 {
             return false;
         }
         self.wake_sleeper(true)
@@ -424,6 +481,36 @@ mod tests {
         assert!(!sleep.try_start_searching(4));
         assert!(!sleep.stop_searching());
         assert!(sleep.stop_searching());
+    }
+
+    #[test]
+    fn spinning_is_capped_at_half_the_workers_and_at_least_one() {
+        let sleep = Sleep::new(4);
+        assert!(sleep.try_start_spinning(1), "a lone worker may spin");
+        assert!(!sleep.try_start_spinning(1));
+        assert!(sleep.stop_spinning(), "was the last spinner");
+        assert!(sleep.try_start_spinning(4));
+        assert!(sleep.try_start_spinning(4));
+        assert!(!sleep.try_start_spinning(4), "half of 4 already spin");
+        assert_eq!(sleep.spinners(), 2);
+        assert!(!sleep.stop_spinning());
+        assert!(sleep.stop_spinning());
+        assert_eq!(sleep.spinners(), 0);
+    }
+
+    #[test]
+    fn a_global_push_wakes_nobody_while_a_worker_spins() {
+        let sleep = Arc::new(Sleep::new(2));
+        let s2 = sleep.clone();
+        let t = std::thread::spawn(move || s2.park(1, false, None, |_| false));
+        while sleep.counts().1 == 0 {
+            std::thread::yield_now();
+        }
+        assert!(sleep.try_start_spinning(2));
+        assert!(!sleep.notify_global(), "the spinner takes global work");
+        assert!(sleep.stop_spinning());
+        assert!(sleep.notify_global(), "nobody spins: the sleeper is woken");
+        assert_eq!(t.join().unwrap(), Wake::Notified);
     }
 
     #[test]

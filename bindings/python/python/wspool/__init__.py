@@ -278,6 +278,24 @@ class Pool(ThreadPoolExecutor):
         """
         return cast("Future[_T]", self._core.submit(fn, *args, **kwargs))
 
+    def submit_batch(self, fn: Callable[..., _T], iterable: Iterable[Iterable[Any]], /) -> list[Future[_T]]:
+        """Schedules ``fn(*args)`` for each ``args`` of ``iterable``, in one call.
+
+        Returns the ``wspool.Future`` of each call, in order. The calls enter
+        the pool as one batch: one admission and one wake-up for all of them
+        instead of one per ``submit`` (faster for many small calls; ``map``
+        starts its tasks this way). Raises like ``submit``. If the pool
+        refuses a call (a full bounded queue with ``reject="abort"``; a
+        shutdown refuses the whole batch), the calls before it stay
+        scheduled and the exception's ``futures`` attribute holds their
+        futures; the refused call and the ones after it are never run.
+        When ``submit`` is overridden or patched, this goes through it
+        call by call.
+        """
+        if type(self).submit is not _POOL_SUBMIT:
+            return [self.submit(fn, *args) for args in iterable]
+        return cast("list[Future[_T]]", self._core.submit_batch(fn, (tuple(a) for a in iterable)))
+
     async def run(self, fn: Callable[..., _T], /, *args: Any) -> _T:
         """Awaits ``fn(*args)``, run on the pool, from a coroutine on the running asyncio loop.
 
