@@ -216,3 +216,28 @@
 //! let local = vec![1, 2, 3];
 //! pool.serial().submit(move || assert_eq!(local.len(), 3)).unwrap().wait().unwrap();
 //! ```
+//!
+//! A [`crate::LocalGroup`] lives in `group_scope`'s frame: it cannot be
+//! taken out of the closure (a borrow-check error without a code), and its
+//! tasks are `'static` like any group's:
+//!
+//! ```compile_fail
+//! let pool = wspool::Pool::builder().min_threads(1).build().unwrap();
+//! let escaped = pool.group_scope(|g| g);
+//! drop(escaped);
+//! ```
+//!
+//! ```compile_fail,E0597
+//! let pool = wspool::Pool::builder().min_threads(1).build().unwrap();
+//! let local = vec![1, 2, 3];
+//! let borrowed = &local;
+//! pool.group_scope(|g| g.spawn(move || assert_eq!(borrowed.len(), 3)).unwrap());
+//! ```
+//!
+//! ```
+//! let pool = wspool::Pool::builder().min_threads(1).build().unwrap();
+//! let pending = pool.group_scope(|g| g.pending());
+//! assert_eq!(pending, 0);
+//! let local = std::sync::Arc::new(vec![1, 2, 3]);
+//! pool.group_scope(|g| g.spawn(move || assert_eq!(local.len(), 3)).unwrap());
+//! ```
