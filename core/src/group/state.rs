@@ -174,6 +174,7 @@ impl GroupInner {
     }
 
     /// Counts one more pending task.
+    #[inline]
     pub(super) fn member(&self) -> Member {
         let before = self.refs.fetch_add(1, SeqCst);
         if before & PENDING_MASK >= MAX_PENDING {
