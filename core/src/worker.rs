@@ -43,10 +43,6 @@ const FAIRNESS_INTERVAL: u32 = 61;
 /// per batch: per job halves a flood's throughput).
 const MAX_GLOBAL_BATCH: usize = 32;
 
-thread_local! {
-    static CURRENT: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
-}
-
 /// Where a task was found (for the counters).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Source {
@@ -99,10 +95,7 @@ impl WorkerThread {
     /// The worker running on this thread, of any pool.
     #[inline]
     pub(crate) fn current() -> Option<&'static WorkerThread> {
-        let p = CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null());
-        // SAFETY: set only for the lifetime of `run` on this thread, which
-        // outlives every use (all uses are on this thread, inside tasks).
-        unsafe { p.as_ref() }
+        crate::here::here().worker()
     }
 
     /// Pushes onto the own deque; offers it to the pool only if the deque
@@ -153,7 +146,7 @@ impl WorkerThread {
         // destructor is contained) would leave the pool a thread short with
         // its counters wrong: abort loudly instead of hanging later.
         let guard = AbortOnUnwind("a wspool worker thread outside any task");
-        CURRENT.with(|c| c.set(&worker));
+        crate::here::here().set_worker(&worker);
         if let Some(hook) = &worker.registry.config.on_thread_start
             && let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index)))
         {
@@ -165,7 +158,7 @@ impl WorkerThread {
         {
             drop_payload(p);
         }
-        CURRENT.with(|c| c.set(ptr::null()));
+        crate::here::here().set_worker(ptr::null());
         let WorkerThread { registry, deque, inbox, .. } = worker;
         registry.release_slot(index, LocalQueues { deque, inbox });
         std::mem::forget(guard);
