@@ -69,6 +69,8 @@ pub(crate) struct WorkerThread {
     /// The isolation region of the task running now (0 between tasks);
     /// see `isolation.rs`. Jobs this thread submits inherit it.
     pub(crate) region: Cell<Tag>,
+    /// This worker's block of fresh regions (`isolation::next_region`).
+    pub(crate) next_region: Cell<u64>,
     /// Nested help-while-waiting frames (a secondary bound; the stack left
     /// is the primary one, see `wait.rs`).
     pub(crate) help_depth: Cell<u32>,
@@ -139,6 +141,7 @@ impl WorkerThread {
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
             tick: Cell::new(0),
             region: Cell::new(0),
+            next_region: Cell::new(0),
             help_depth: Cell::new(0),
             blocking_depth: Cell::new(0),
         };
@@ -343,7 +346,7 @@ impl WorkerThread {
             return;
         }
         let counters = self.counters();
-        let region = crate::isolation::region_of(job.tag());
+        let region = self.region_of(job.tag());
         let outer_region = self.region.replace(region);
         if outer_region == 0 {
             counters.region.store(region, Relaxed);

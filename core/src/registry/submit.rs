@@ -244,7 +244,7 @@ impl Registry {
     /// unless `global` (or the caller is not a worker of this pool), else the
     /// injector. The job joins the submitting task's isolation region; a job
     /// from outside the pool keeps tag 0 and gets a fresh region when it
-    /// starts (`isolation::region_of`), which no waiter can take it before:
+    /// starts (`WorkerThread::region_of`), which no waiter can take it before:
     /// waiters never take from the injector. The injector's push reserves its
     /// slot with a SeqCst CAS, which orders it before `notify_one`'s read
     /// like a fence; a local push fences explicitly
