@@ -75,8 +75,9 @@ pub(crate) struct WorkerThread {
     /// is the primary one, see `wait.rs`).
     pub(crate) help_depth: Cell<u32>,
     pub(crate) blocking_depth: Cell<u32>,
-    /// The lowest address this thread's stack may safely reach.
-    pub(crate) stack_low: usize,
+    /// The lowest stack address at which a wait may still run a job nested
+    /// (the lowest safe address plus the help reserve, see `wait.rs`).
+    pub(crate) nested_floor: usize,
 }
 
 /// Aborts the process if dropped during an unwind: placed where a panic
@@ -131,7 +132,7 @@ impl WorkerThread {
     pub(crate) fn run(registry: Arc<Registry>, index: usize, queues: LocalQueues, steal_first: bool) {
         let LocalQueues { deque, inbox } = queues;
         let worker = WorkerThread {
-            stack_low: crate::wait::stack_low_bound(registry.config.stack_size),
+            nested_floor: crate::wait::nested_floor(registry.config.stack_size),
             counters: std::ptr::NonNull::from(&*registry.slots[index].counters),
             registry,
             index,
