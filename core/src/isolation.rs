@@ -37,28 +37,48 @@ thread_local! {
     static NEXT: Cell<u64> = const { Cell::new(0) };
 }
 
+fn take_block() -> Tag {
+    BLOCKS.fetch_add(1, Relaxed) << 32
+}
+
+/// The next region of the block counted in `next` (0: none taken yet).
+pub(crate) fn next_region(next: &Cell<u64>) -> Tag {
+    let mut v = next.get();
+    if v == 0 || v & 0xFFFF_FFFF == 0xFFFF_FFFE {
+        v = take_block();
+    }
+    v += 1;
+    next.set(v);
+    v
+}
+
 /// A region never used before in this process. Never 0 (unassigned) nor
 /// `TAG_NEVER_HELP`.
 pub(crate) fn fresh_region() -> Tag {
-    let take_block = || BLOCKS.fetch_add(1, Relaxed) << 32;
-    NEXT.try_with(|next| {
-        let mut v = next.get();
-        if v == 0 || v & 0xFFFF_FFFF == 0xFFFF_FFFE {
-            v = take_block();
-        }
-        v += 1;
-        next.set(v);
-        v
-    })
-    .unwrap_or_else(|_| take_block() | 1)
+    match WorkerThread::current() {
+        Some(worker) => worker.fresh_region(),
+        None => NEXT.try_with(next_region).unwrap_or_else(|_| take_block() | 1),
+    }
 }
 
-/// The region of a job about to run: its own, or a fresh one for a job
-/// that belongs to none (a serial turn) or was never queued.
-pub(crate) fn region_of(tag: Tag) -> Tag {
-    match tag {
-        0 | TAG_NEVER_HELP => fresh_region(),
-        tag => tag,
+impl WorkerThread {
+    /// [`fresh_region`] from the worker's own counter: a job from outside
+    /// the pool gets its region when it starts, and a thread-local access
+    /// per task is a call in a shared library.
+    #[inline]
+    pub(crate) fn fresh_region(&self) -> Tag {
+        next_region(&self.next_region)
+    }
+
+    /// The region of a job about to run: its own, or a fresh one for a job
+    /// that belongs to none (a serial turn) or was never queued (a job from
+    /// outside the pool).
+    #[inline]
+    pub(crate) fn region_of(&self, tag: Tag) -> Tag {
+        match tag {
+            0 | TAG_NEVER_HELP => self.fresh_region(),
+            tag => tag,
+        }
     }
 }
 

@@ -34,6 +34,7 @@ mod cq;
 mod error;
 mod group;
 mod growth;
+mod here;
 mod isolation;
 mod job;
 mod join;

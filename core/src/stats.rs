@@ -7,7 +7,6 @@
 //! striped counter indexed by thread, so two submitters rarely share a line.
 //! A reader sums everything; the sum is a snapshot, not a transaction.
 
-use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -110,22 +109,6 @@ pub(crate) fn bump(c: &AtomicU64) {
 
 pub(crate) const STRIPES: usize = 16;
 
-thread_local! {
-    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
-
-pub(crate) fn my_stripe() -> usize {
-    STRIPE.with(|s| {
-        let mut v = s.get();
-        if v == usize::MAX {
-            v = NEXT_STRIPE.fetch_add(1, Relaxed) % STRIPES;
-            s.set(v);
-        }
-        v
-    })
-}
-
 /// A counter many threads add to, striped to avoid one hot cache line.
 #[derive(Default)]
 pub(crate) struct StripedCounter {
@@ -135,7 +118,7 @@ pub(crate) struct StripedCounter {
 impl StripedCounter {
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        self.stripes[my_stripe()].fetch_add(n, Relaxed);
+        self.stripes[crate::here::here().stripe()].fetch_add(n, Relaxed);
     }
     pub(crate) fn sum(&self) -> u64 {
         self.stripes.iter().map(|s| s.load(Relaxed)).sum()
@@ -164,33 +147,6 @@ pub(crate) const DELAY_SAMPLE_EVERY: u32 = 64;
 const DELAY_WINDOW: usize = 256;
 /// Samples older than this are not "recent".
 const DELAY_MAX_AGE: Duration = Duration::from_secs(10);
-
-thread_local! {
-    static SAMPLE_TICK: Cell<u32> = const { Cell::new(0) };
-}
-
-/// True for one submission in `DELAY_SAMPLE_EVERY` on this thread.
-#[inline]
-pub(crate) fn should_sample_delay() -> bool {
-    SAMPLE_TICK.with(|t| {
-        let v = t.get().wrapping_add(1);
-        t.set(v);
-        v % DELAY_SAMPLE_EVERY == 0
-    })
-}
-
-/// `should_sample_delay` for `n` submissions at once (a batch): advances
-/// this thread's tick by `n` and returns it as it was; submission `i`
-/// (from 0) of the batch is sampled when `tick + i + 1` is a multiple of
-/// `DELAY_SAMPLE_EVERY`, as if each had asked.
-#[inline]
-pub(crate) fn take_sample_ticks(n: usize) -> u32 {
-    SAMPLE_TICK.with(|t| {
-        let v = t.get();
-        t.set(v.wrapping_add(n as u32));
-        v
-    })
-}
 
 /// Recent queue-delay samples: one ring per worker stripe, so workers
 /// recording at once do not contend for one lock (a single ring's mutex

@@ -110,10 +110,11 @@ impl WorkerThread {
 
     /// May an untimed wait run a job on top of the waiting task's stack
     /// (not in a blocking region, enough stack left)?
+    #[inline]
     pub(crate) fn may_run_nested(&self) -> bool {
         self.blocking_depth.get() == 0
             && self.help_depth.get() < MAX_HELP_DEPTH
-            && self.stack_left() >= help_reserve(self.stack_size())
+            && approximate_stack_pointer() >= self.nested_floor
     }
 
     /// A job of `region` for a waiter: own deque first, then the deques of
@@ -156,15 +157,6 @@ impl WorkerThread {
         })
     }
 
-    /// Bytes of stack between here and the lowest safe address.
-    fn stack_left(&self) -> usize {
-        approximate_stack_pointer().saturating_sub(self.stack_low)
-    }
-
-    fn stack_size(&self) -> usize {
-        self.registry.config.stack_size.unwrap_or(ASSUMED_STACK)
-    }
-
     /// Runs `job`, found on the own deque by a joiner, if it belongs to the
     /// joiner's region; hands it over otherwise.
     pub(crate) fn run_or_hand_over(&self, job: JobRef) {
@@ -186,6 +178,12 @@ fn help_reserve(stack_size: usize) -> usize {
 fn approximate_stack_pointer() -> usize {
     let marker = 0u8;
     std::hint::black_box(&marker) as *const u8 as usize
+}
+
+/// The lowest stack address at which a wait on the calling thread may still
+/// run a job nested: the lowest safe address plus the reserve.
+pub(crate) fn nested_floor(configured: Option<usize>) -> usize {
+    stack_low_bound(configured) + help_reserve(configured.unwrap_or(ASSUMED_STACK))
 }
 
 /// The lowest address the calling thread's stack may safely reach: the

@@ -43,10 +43,6 @@ const FAIRNESS_INTERVAL: u32 = 61;
 /// per batch: per job halves a flood's throughput).
 const MAX_GLOBAL_BATCH: usize = 32;
 
-thread_local! {
-    static CURRENT: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
-}
-
 /// Where a task was found (for the counters).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Source {
@@ -73,12 +69,15 @@ pub(crate) struct WorkerThread {
     /// The isolation region of the task running now (0 between tasks);
     /// see `isolation.rs`. Jobs this thread submits inherit it.
     pub(crate) region: Cell<Tag>,
+    /// This worker's block of fresh regions (`isolation::next_region`).
+    pub(crate) next_region: Cell<u64>,
     /// Nested help-while-waiting frames (a secondary bound; the stack left
     /// is the primary one, see `wait.rs`).
     pub(crate) help_depth: Cell<u32>,
     pub(crate) blocking_depth: Cell<u32>,
-    /// The lowest address this thread's stack may safely reach.
-    pub(crate) stack_low: usize,
+    /// The lowest stack address at which a wait may still run a job nested
+    /// (the lowest safe address plus the help reserve, see `wait.rs`).
+    pub(crate) nested_floor: usize,
 }
 
 /// Aborts the process if dropped during an unwind: placed where a panic
@@ -99,10 +98,7 @@ impl WorkerThread {
     /// The worker running on this thread, of any pool.
     #[inline]
     pub(crate) fn current() -> Option<&'static WorkerThread> {
-        let p = CURRENT.try_with(|c| c.get()).unwrap_or(ptr::null());
-        // SAFETY: set only for the lifetime of `run` on this thread, which
-        // outlives every use (all uses are on this thread, inside tasks).
-        unsafe { p.as_ref() }
+        crate::here::here().worker()
     }
 
     /// Pushes onto the own deque; offers it to the pool only if the deque
@@ -136,7 +132,7 @@ impl WorkerThread {
     pub(crate) fn run(registry: Arc<Registry>, index: usize, queues: LocalQueues, steal_first: bool) {
         let LocalQueues { deque, inbox } = queues;
         let worker = WorkerThread {
-            stack_low: crate::wait::stack_low_bound(registry.config.stack_size),
+            nested_floor: crate::wait::nested_floor(registry.config.stack_size),
             counters: std::ptr::NonNull::from(&*registry.slots[index].counters),
             registry,
             index,
@@ -146,6 +142,7 @@ impl WorkerThread {
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
             tick: Cell::new(0),
             region: Cell::new(0),
+            next_region: Cell::new(0),
             help_depth: Cell::new(0),
             blocking_depth: Cell::new(0),
         };
@@ -153,7 +150,7 @@ impl WorkerThread {
         // destructor is contained) would leave the pool a thread short with
         // its counters wrong: abort loudly instead of hanging later.
         let guard = AbortOnUnwind("a wspool worker thread outside any task");
-        CURRENT.with(|c| c.set(&worker));
+        crate::here::here().set_worker(&worker);
         if let Some(hook) = &worker.registry.config.on_thread_start
             && let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index)))
         {
@@ -165,7 +162,7 @@ impl WorkerThread {
         {
             drop_payload(p);
         }
-        CURRENT.with(|c| c.set(ptr::null()));
+        crate::here::here().set_worker(ptr::null());
         let WorkerThread { registry, deque, inbox, .. } = worker;
         registry.release_slot(index, LocalQueues { deque, inbox });
         std::mem::forget(guard);
@@ -350,7 +347,7 @@ impl WorkerThread {
             return;
         }
         let counters = self.counters();
-        let region = crate::isolation::region_of(job.tag());
+        let region = self.region_of(job.tag());
         let outer_region = self.region.replace(region);
         if outer_region == 0 {
             counters.region.store(region, Relaxed);

@@ -45,11 +45,12 @@ impl Registry {
         // caller is run with the submission closed (as in `submit_job`, the
         // ticket must not hold a closing pool up while it runs), and the
         // rest of the batch opens a new one.
-        let worker = self.current_worker();
-        let tick = stats::take_sample_ticks(tasks.len());
+        let here = crate::here::here();
+        let worker = self.worker_at(here);
+        let tick = here.take_sample_ticks(tasks.len());
         let mut pusher = Pusher { registry: self, worker, global, region: None, tick };
         while tasks.len() > 0 {
-            let open = match self.open_submission(worker) {
+            let open = match self.open_submission_at(here, worker) {
                 Ok(open) => open,
                 Err(kind) => return Err(BatchError::new(kind, accepted, tasks.collect())),
             };
@@ -118,7 +119,7 @@ struct Pusher<'a> {
     /// (`Some(None)`: a foreign submitter's, which wakes idle workers only).
     region: Option<Option<Tag>>,
     /// The delay-sampling tick, taken for the whole batch at once
-    /// (`stats::take_sample_ticks`): one thread-local access per batch.
+    /// (`Here::take_sample_ticks`): one thread-local access per batch.
     tick: u32,
 }
 

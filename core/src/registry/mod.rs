@@ -150,7 +150,13 @@ impl Registry {
     /// The worker this thread is, if it belongs to this pool.
     #[inline]
     pub(crate) fn current_worker(&self) -> Option<&WorkerThread> {
-        WorkerThread::current().filter(|w| std::ptr::eq(Arc::as_ptr(&w.registry), self))
+        self.worker_at(crate::here::here())
+    }
+
+    /// [`Registry::current_worker`] from the thread's state already read.
+    #[inline]
+    pub(crate) fn worker_at(&self, here: &crate::here::Here) -> Option<&'static WorkerThread> {
+        here.worker().filter(|w| std::ptr::eq(Arc::as_ptr(&w.registry), self))
     }
 
     // ------------------------------------------------------------- queries

@@ -14,6 +14,7 @@ use crossbeam_utils::CachePadded;
 use super::{Admission, DRAINING, RUNNING, Registry, drop_payload};
 use crate::config::{Growth, Reject};
 use crate::error::{SpawnError, SubmitErrorKind};
+use crate::here::{Here, here};
 use crate::job::{JobRef, JobVTable, Payload, Tag};
 use crate::stats::{self, bump};
 use crate::worker::WorkerThread;
@@ -26,8 +27,19 @@ impl Registry {
     /// pool atomic: see [`InFlight`].
     #[inline]
     pub(crate) fn open_submission(&self, worker: Option<&WorkerThread>) -> Result<Admitted<'_>, SubmitErrorKind> {
+        self.open_submission_at(here(), worker)
+    }
+
+    /// [`Registry::open_submission`] for a caller that has already read its
+    /// thread's state.
+    #[inline]
+    pub(crate) fn open_submission_at(
+        &self,
+        here: &Here,
+        worker: Option<&WorkerThread>,
+    ) -> Result<Admitted<'_>, SubmitErrorKind> {
         let admitted =
-            Admitted { registry: self, stripe: worker.is_none().then(|| self.inflight.enter()), counted: false };
+            Admitted { registry: self, stripe: worker.is_none().then(|| self.inflight.enter(here)), counted: false };
         match self.state() {
             RUNNING => Ok(admitted),
             DRAINING if worker.is_some() => Ok(admitted),
@@ -172,8 +184,11 @@ impl Registry {
         global: bool,
         into_job: impl FnOnce(F) -> JobRef,
     ) -> Result<(), SpawnError<F>> {
-        let worker = self.current_worker();
-        let mut open = match self.open_submission(worker) {
+        // One thread-local access for the whole submission (a call each
+        // in a shared library): which worker, which stripe, whether to time.
+        let here = here();
+        let worker = self.worker_at(here);
+        let mut open = match self.open_submission_at(here, worker) {
             Ok(open) => open,
             Err(kind) => return Err(SpawnError::new(kind, task)),
         };
@@ -189,7 +204,7 @@ impl Registry {
             }
             Ok(Admission::Queue) => {
                 let job = into_job(task);
-                let job = if stats::should_sample_delay() { sampled(job) } else { job };
+                let job = if here.should_sample_delay() { sampled(job) } else { job };
                 open.count_task(worker);
                 self.enqueue(worker, job, global);
                 Ok(())
@@ -229,7 +244,7 @@ impl Registry {
     /// unless `global` (or the caller is not a worker of this pool), else the
     /// injector. The job joins the submitting task's isolation region; a job
     /// from outside the pool keeps tag 0 and gets a fresh region when it
-    /// starts (`isolation::region_of`), which no waiter can take it before:
+    /// starts (`WorkerThread::region_of`), which no waiter can take it before:
     /// waiters never take from the injector. The injector's push reserves its
     /// slot with a SeqCst CAS, which orders it before `notify_one`'s read
     /// like a fence; a local push fences explicitly
@@ -341,8 +356,8 @@ struct Tickets {
 
 impl InFlight {
     #[inline]
-    pub(super) fn enter(&self) -> usize {
-        let stripe = stats::my_stripe();
+    pub(super) fn enter(&self, here: &Here) -> usize {
+        let stripe = here.stripe();
         self.stripes[stripe].entered.fetch_add(1, SeqCst);
         stripe
     }
@@ -416,7 +431,7 @@ impl Sampled {
     unsafe fn run(payload: *mut Payload) -> bool {
         // SAFETY: a leaked Box<Sampled>, consumed once.
         let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Sampled>().as_ptr()) };
-        if let Some(worker) = WorkerThread::current() {
+        if let Some(worker) = here().worker() {
             worker.registry.delay.record(worker.index, this.submitted_at);
         }
         // The inner job's answer: a tombstone stays uncounted.
