@@ -10,7 +10,9 @@
  *   /sleep?ms=M    "slept" after M ms inside wspool_blocking_begin/end
  *   /metrics       OpenMetrics text             (on the loop thread)
  * A pool-bound request is answered 503 at once when the completion queue
- * refuses it or says the pool is overloaded (queue delay above target).
+ * refuses it or its admission test, wspool_cq_overloaded, says it would wait
+ * past the target while the queue is overloaded; while overloaded, requests
+ * that would not are still admitted (counted in http_admitted_overloaded).
  */
 #ifndef HTTP_COMMON_H
 #define HTTP_COMMON_H
@@ -200,10 +202,32 @@ static void http_route(const char *target, size_t len, http_job *j)
 /* Server counters; written on the loop thread only, atomics for /metrics readers' sake. */
 typedef struct http_counters {
     atomic_ullong requests, submitted, done, done_cancelled, shed_overload, shed_refused, client_gone;
-    atomic_ullong overload_signals;
+    atomic_ullong overload_signals, admitted_overloaded;
 } http_counters;
 
 static http_counters HC;
+/* Between the OVERLOADED and RECOVERED signals (loop thread only). */
+static bool HTTP_OVERLOADED;
+
+/* The completion queue's on_signal: runs on the loop thread, from the drain. */
+static void http_on_signal(void *ctx, int s)
+{
+    (void)ctx;
+    if (s == WSPOOL_CQ_SIGNAL_OVERLOADED) {
+        atomic_fetch_add(&HC.overload_signals, 1);
+        HTTP_OVERLOADED = true;
+    } else if (s == WSPOOL_CQ_SIGNAL_RECOVERED) {
+        HTTP_OVERLOADED = false;
+    }
+}
+
+/* A request the completion queue accepted. */
+static void http_count_submitted(void)
+{
+    atomic_fetch_add(&HC.submitted, 1);
+    if (HTTP_OVERLOADED)
+        atomic_fetch_add(&HC.admitted_overloaded, 1);
+}
 
 /* The pool's OpenMetrics text with the server's families before its "# EOF".
  * Returns a malloc'd string (the caller frees) and its length in *len. */
@@ -234,6 +258,8 @@ static char *http_metrics_text(wspool *pool, size_t *len)
         {"http_shed_refused", "Requests answered 503 because the queue refused them.", offsetof(http_counters, shed_refused)},
         {"http_client_gone", "Responses dropped because the client had hung up.", offsetof(http_counters, client_gone)},
         {"http_overload_signals", "WSPOOL_CQ_SIGNAL_OVERLOADED signals received.", offsetof(http_counters, overload_signals)},
+        {"http_admitted_overloaded", "Requests admitted while overloaded (they would wait less than the target).",
+         offsetof(http_counters, admitted_overloaded)},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         unsigned long long v = atomic_load((atomic_ullong *)((char *)&HC + fam[i].off));
