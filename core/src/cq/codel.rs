@@ -6,7 +6,10 @@
 //! others still wait, an estimate of how long that submission will wait
 //! ([`Codel::on_submit`]), which sees a queue building before any of it
 //! starts. The queue is *overloaded* once every delay observed for
-//! `interval` has been above `target` (a standing queue, not a burst).
+//! `interval` has been above `target` (a standing queue, not a burst), or
+//! at once when a delay reaches `target + interval`: a burst the interval
+//! is there to absorb cannot leave a longer wait than that, so the queue
+//! that builds before the signal trips never holds more than that either.
 //!
 //! While overloaded, [`Codel::admit`] says whether a submission made now
 //! would wait at least `target`: a server that refuses work exactly then
@@ -164,11 +167,15 @@ impl Codel {
             let recover = measured && (drained || delay_ns < self.target_ns / 2) && self.quiet(now);
             return (over && recover).then_some(false);
         }
+        if delay_ns >= self.target_ns.saturating_add(self.interval_ns) {
+            // Past what a burst can explain (with an interval of zero: the
+            // first delay at or above target).
+            return (!over).then_some(true);
+        }
         let until = self.above_until.load(Relaxed);
         if until == 0 {
             let _ = self.above_until.compare_exchange(0, now.saturating_add(self.interval_ns).max(1), Relaxed, Relaxed);
-            // An interval of zero trips at the first delay above target.
-            return (!over && self.interval_ns == 0).then_some(true);
+            return None;
         }
         (!over && now >= until).then_some(true)
     }
@@ -205,6 +212,15 @@ mod tests {
         assert!(c.commit(false));
         assert_eq!(start(&c, 10, 1203, 5), None, "a new interval starts from scratch");
         assert_eq!(start(&c, 10, 1250, 5), None);
+    }
+
+    #[test]
+    fn a_wait_past_target_plus_interval_trips_at_once() {
+        let c = Codel::new(Duration::from_millis(5), Duration::from_millis(100));
+        assert_eq!(start(&c, 104, 1000, 5), None, "104 ms: could still be a burst draining");
+        assert_eq!(start(&c, 105, 1001, 5), Some(true), "105 ms: no burst the interval absorbs leaves this");
+        assert!(c.commit(true));
+        assert_eq!(start(&c, 200, 1002, 5), None, "already overloaded");
     }
 
     #[test]
