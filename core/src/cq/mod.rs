@@ -94,6 +94,8 @@ struct Inner<T> {
     free: Mutex<Vec<Box<Node<T>>>>,
     /// Accepted submissions whose completion has not been drained.
     pending: AtomicUsize,
+    /// Bumped (under the lock) each time a drain takes back an owed wake-up.
+    drains: std::sync::atomic::AtomicU64,
     /// Accepted submissions not yet started (CoDel's queue length).
     queued: AtomicUsize,
     wake: Wake,
@@ -113,13 +115,14 @@ impl<T> Inner<T> {
         self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64
     }
 
-    /// Makes the queue ready (under its lock) and returns whether the
-    /// caller must wake the loop, which it does after dropping the lock.
-    fn mark_ready(&self, r: &mut Ready<T>) -> bool {
+    /// Makes the queue ready (under its lock). `Some` when the caller owes
+    /// the loop a wake-up, which it pays with `wake_loop` after dropping the
+    /// lock: the drain epoch it saw.
+    fn mark_ready(&self, r: &mut Ready<T>) -> Option<u64> {
         if r.closer_waiting {
             self.closed_cv.notify_all();
         }
-        !std::mem::replace(&mut r.signaled, true)
+        (!std::mem::replace(&mut r.signaled, true)).then(|| self.drains.load(SeqCst))
     }
 
     /// Hands a finished node to the loop.
@@ -129,26 +132,34 @@ impl<T> Inner<T> {
             r.done.push_back(node);
             self.mark_ready(&mut r)
         };
-        if wake {
-            self.wake_loop();
+        if let Some(seen) = wake {
+            self.wake_loop(Some(seen));
         }
     }
 
-    /// Wakes the loop once `mark_ready` said so, after the lock is dropped.
-    /// A drain may take what this wake-up announces before the write lands,
-    /// leaving the fd readable on an empty queue: the waker then clears it
-    /// itself, under the lock, where "empty and no wake-up owed" is exact.
-    fn wake_loop(&self) {
+    /// Wakes the loop, after the lock is dropped. A drain may have taken
+    /// what this wake-up announces before the write landed (the drain epoch
+    /// moved since `seen`; `None`: assume it did), leaving the fd readable
+    /// on an empty queue: the waker then clears it itself, under the lock,
+    /// where "empty and no wake-up owed" is exact.
+    fn wake_loop(&self, seen: Option<u64>) {
         self.wake.wake();
-        if !self.wake.is_callback() {
-            let r = lock(&self.ready);
-            if r.is_empty() && !r.signaled {
-                self.wake.clear();
-            }
+        if self.wake.is_callback() {
+            return;
+        }
+        // Pairs with the drain's SeqCst bump before its own clear: either
+        // this sees the bump, or that clear comes after this write.
+        std::sync::atomic::fence(SeqCst);
+        if seen == Some(self.drains.load(SeqCst)) {
+            return;
+        }
+        let r = lock(&self.ready);
+        if r.is_empty() && !r.signaled {
+            self.wake.clear();
         }
     }
 
-    fn signal(&self, r: &mut MutexGuard<'_, Ready<T>>, s: CqSignal) -> bool {
+    fn signal(&self, r: &mut MutexGuard<'_, Ready<T>>, s: CqSignal) -> Option<u64> {
         r.signals.push_back(s);
         self.mark_ready(r)
     }
@@ -178,11 +189,11 @@ impl<T> Inner<T> {
                 let s = if overloaded { CqSignal::Overloaded } else { CqSignal::Recovered };
                 self.signal(&mut r, s)
             } else {
-                false
+                None
             }
         };
-        if wake {
-            self.wake_loop();
+        if let Some(seen) = wake {
+            self.wake_loop(Some(seen));
         }
     }
 
@@ -263,7 +274,7 @@ impl<T> Drop for Unhanded<'_, T> {
             }
             r.signaled = true;
             drop(r);
-            self.inner.wake_loop();
+            self.inner.wake_loop(None);
         }
     }
 }
@@ -311,6 +322,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
                 closed_cv: Condvar::new(),
                 free: Mutex::new(Vec::new()),
                 pending: AtomicUsize::new(0),
+                drains: std::sync::atomic::AtomicU64::new(0),
                 queued: AtomicUsize::new(0),
                 wake,
                 codel: opts.overload_target.map(|t| Codel::new(t, opts.overload_interval)),
@@ -364,8 +376,8 @@ impl<T: Send + 'static> CompletionQueue<T> {
             Ok(()) => {
                 if self.high_water != 0 && before + 1 >= self.high_water && !inner.above_high.swap(true, SeqCst) {
                     let wake = self.inner.signal(&mut lock(&inner.ready), CqSignal::HighWater);
-                    if wake {
-                        inner.wake_loop();
+                    if let Some(seen) = wake {
+                        inner.wake_loop(Some(seen));
                     }
                 }
                 Ok(())
@@ -420,7 +432,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
                         // A bounded drain left work: the loop must hear of it
                         // again, and the fd may have been cleared by this call.
                         if cleared || inner.wake.is_callback() {
-                            inner.wake_loop();
+                            inner.wake_loop(None);
                         }
                         break;
                     }
@@ -429,6 +441,10 @@ impl<T: Send + 'static> CompletionQueue<T> {
                     // then look again: a completion that came meanwhile set
                     // `signaled` again and is drained in the next round.
                     let owed = std::mem::replace(&mut r.signaled, false);
+                    if owed {
+                        // A waker that saw the previous epoch re-checks.
+                        inner.drains.fetch_add(1, SeqCst);
+                    }
                     drop(r);
                     if owed || !cleared {
                         inner.wake.clear();

@@ -132,6 +132,30 @@ fn no_wake_up_is_lost_and_a_stale_one_clears_itself() {
 }
 
 #[test]
+fn a_wake_up_that_lands_after_its_drain_is_cleared_by_its_waker() {
+    let p = pool(1);
+    let cq = CompletionQueue::new(&p, CqOptions::default()).unwrap();
+    // What `complete` does, with its waker held between unlock and write.
+    let make_ready = |v: u32| {
+        cq.inner.pending.fetch_add(1, SeqCst);
+        let mut r = lock(&cq.inner.ready);
+        r.done.push_back(Box::new(Node { item: Some(v), status: CqStatus::Ran, submitted_ns: 0 }));
+        cq.inner.mark_ready(&mut r).expect("empty -> ready owes a wake-up")
+    };
+    let seen = make_ready(1);
+    assert!(!wait_readable(&cq, Duration::ZERO), "not written yet");
+    assert_eq!(cq.drain(usize::MAX, |_| {}), 1, "a drain takes it before the write");
+    cq.inner.wake_loop(Some(seen));
+    assert!(!wait_readable(&cq, Duration::ZERO), "the late write found its work drained and cleared itself");
+    // Without a drain in between, the write stands.
+    let seen = make_ready(2);
+    cq.inner.wake_loop(Some(seen));
+    assert!(wait_readable(&cq, Duration::ZERO));
+    assert_eq!(cq.drain(usize::MAX, |_| {}), 1);
+    assert!(!wait_readable(&cq, Duration::ZERO));
+}
+
+#[test]
 fn a_callback_that_unwinds_leaves_the_rest_of_the_batch_owed() {
     let p = Pool::builder().min_threads(1).max_threads(1).growth(crate::Growth::Fixed).build().unwrap();
     let cq = CompletionQueue::new(&p, CqOptions::default()).unwrap();
