@@ -29,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WORK_MAX 100000000ull
 #define SLEEP_MAX_MS 10000ull
@@ -41,13 +44,15 @@ typedef struct http_opts {
     unsigned target_us;      /* overload target; 0 = off */
     unsigned interval_us;    /* overload interval */
     unsigned cap;            /* completion-queue cap; 0 = unbounded */
+    unsigned worker_nice;    /* the pool's threads run this much nicer than the loop (Linux: per thread) */
     bool uv_work;            /* http_libuv only: uv_queue_work instead of wspool */
 } http_opts;
 
 static void http_usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s [--port N] [--threads N] [--spin-us N] [--target-us N] [--interval-us N] [--cap N]%s\n",
+            "usage: %s [--port N] [--threads N] [--spin-us N] [--target-us N] [--interval-us N] [--cap N] "
+            "[--worker-nice N]%s\n",
             prog, strstr(prog, "libuv") ? " [--uv-work]" : "");
     exit(2);
 }
@@ -76,12 +81,28 @@ static http_opts http_parse_opts(int argc, char **argv)
             dst = &o.interval_us;
         else if (strcmp(a, "--cap") == 0)
             dst = &o.cap;
+        else if (strcmp(a, "--worker-nice") == 0)
+            dst = &o.worker_nice;
         else
             http_usage(argv[0]);
         if (dst)
             *dst = (unsigned)strtoul(argv[++i], NULL, 10);
     }
     return o;
+}
+
+/* --worker-nice N: each pool thread starts N nicer than the thread that
+ * made it (on Linux, nice is per thread; raising it needs no privilege), so
+ * the loop thread, which answers 503s and writes every response, wins the
+ * CPU over the pool's CPU-bound threads when both want it. */
+static void http_worker_nice(void *ctx, uint32_t index)
+{
+    (void)index;
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && setpriority(PRIO_PROCESS, tid, now + (int)(uintptr_t)ctx) != 0)
+        perror("setpriority");
 }
 
 static wspool *http_make_pool(const http_opts *o)
@@ -92,6 +113,10 @@ static wspool *http_make_pool(const http_opts *o)
     c.min_threads = o->threads;
     if (o->spin_us != ~0u)
         c.spin_max_us = o->spin_us;
+    if (o->worker_nice) {
+        c.on_thread_start = http_worker_nice;
+        c.hook_ctx = (void *)(uintptr_t)o->worker_nice;
+    }
     wspool *p = NULL;
     if (wspool_create(&c, &p) != WSPOOL_OK) {
         fprintf(stderr, "wspool_create: %s\n", wspool_last_error());

@@ -211,12 +211,33 @@ def test_overload_sheds_with_503(path):
         s.stop()
 
 
+def test_worker_nice(path):
+    """--worker-nice 5: every pool thread runs 5 nicer than the loop thread
+    (per-thread nice, Linux)."""
+    s = Server(path, "--threads", "2", "--worker-nice", "5")
+    try:
+        assert curl(s.url + "/work?n=1000")[0] == 200  # the pool's threads exist and ran
+        nices = {}
+        for tid in os.listdir(f"/proc/{s.p.pid}/task"):
+            with open(f"/proc/{s.p.pid}/task/{tid}/stat") as f:
+                st = f.read()
+            comm = st[st.index("(") + 1:st.rindex(")")]
+            nices[(comm, tid)] = int(st.rsplit(")", 1)[1].split()[16])
+        workers = {k: v for k, v in nices.items() if re.fullmatch(r"http-\d+", k[0])}
+        loop = nices[(os.path.basename(path)[:15], str(s.p.pid))]
+        assert loop == os.getpriority(os.PRIO_PROCESS, 0), nices
+        assert len(workers) >= 2 and set(workers.values()) == {min(loop + 5, 19)}, nices
+    finally:
+        s.stop()
+
+
 TESTS = {
     "endpoints": test_endpoints_and_metrics,
     "mix": test_keepalive_mix,
     "hangup": test_clients_hang_up_mid_request,
     "shutdown": test_shutdown_with_requests_in_flight,
     "overload": test_overload_sheds_with_503,
+    "worker-nice": test_worker_nice,
 }
 
 
