@@ -15,7 +15,9 @@
    of 2 threads, on http_libuv with the default 5 ms target / 5 ms interval:
    served p99 vs 3x the target, and how fast the excess gets its 503.
 
-Every table also says how loaded the machine was: "others" is the CPU the
+Servers take turns round by round (not all rounds of one, then the next),
+so a burst of load from others lands on all of them alike. Every table also
+says how loaded the machine was: "others" is the CPU the
 rest of the machine (not this server, not the client) used during the
 measured rounds, in cores, from /proc/stat (median over the rounds). On a
 shared 2-core VM that is the first thing to read next to a tail latency.
@@ -92,6 +94,17 @@ def others():
     return f"{v:.2f}"
 
 
+def interleaved(servers, rounds, one_round):
+    """Round-robin over the servers, `rounds` times, so a burst of load from
+    others lands on every server's rounds alike; yields each server with its
+    list of `one_round(binary, args, env)` results."""
+    got = [[] for _ in servers]
+    for _ in range(rounds):
+        for i, (_, b, args, env) in enumerate(servers):
+            got[i].append(one_round(b, args, env))
+    return zip(servers, got)
+
+
 def server_metric(port, name):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         for line in r.read().decode().splitlines():
@@ -125,13 +138,15 @@ def main():
     print(f"### HTTP mix: 61 conns /ping + 3 conns /sleep?ms=50, min_threads 2 (medians of {a.rounds} x {a.seconds:g} s)\n")
     print("| server | /ping p50 (ms) | /ping p99 (ms) | /ping req/s | /sleep p50 (ms) | others (cores) |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, b, args, env in mix_servers:
-        rows = []
-        for _ in range(a.rounds):
-            p, port = start(b, "--threads", "2", *args, env=env)
-            r = load(a.load, port, a.seconds, "61:0:/ping", "3:0:/sleep?ms=50", server_pid=p.pid)
-            stop(p)
-            rows.append(r)
+    def mix_round(b, args, env):
+        p, port = start(b, "--threads", "2", *args, env=env)
+        r = load(a.load, port, a.seconds, "61:0:/ping", "3:0:/sleep?ms=50", server_pid=p.pid)
+        stop(p)
+        return r, OTHERS.pop()
+
+    for (name, b, args, env), runs in interleaved(mix_servers, a.rounds, mix_round):
+        rows = [r for r, _ in runs]
+        OTHERS.extend(o for _, o in runs)
         ping = [r["/ping"] for r in rows]
         sl = [r["/sleep?ms=50"] for r in rows]
         print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
@@ -147,18 +162,18 @@ def main():
         ("libevent + wspool cq (spin default)", ev, [], None),
         ("libuv uv_queue_work (UV_THREADPOOL_SIZE=2)", uv, ["--uv-work"], uvenv),
     ]
-    for name, b, args, env in cpu_servers:
-        per, served, p99 = [], [], []
-        for _ in range(a.rounds):
-            p, port = start(b, "--threads", "2", *args, env=env)
-            load(a.load, port, 0.5, f"64:{rate}:/ping")  # warm-up
-            c0 = cpu_s(p.pid)
-            r = load(a.load, port, a.seconds, f"64:{rate}:/ping", server_pid=p.pid)["/ping"]
-            c1 = cpu_s(p.pid)
-            stop(p)
-            per.append((c1 - c0) / max(r["ok"], 1) * 1e6)
-            served.append(r["ok"])
-            p99.append(r["ok_p99_us"])
+    def cpu_round(b, args, env):
+        p, port = start(b, "--threads", "2", *args, env=env)
+        load(a.load, port, 0.5, f"64:{rate}:/ping")  # warm-up
+        c0 = cpu_s(p.pid)
+        r = load(a.load, port, a.seconds, f"64:{rate}:/ping", server_pid=p.pid)["/ping"]
+        c1 = cpu_s(p.pid)
+        stop(p)
+        return ((c1 - c0) / max(r["ok"], 1) * 1e6, r["ok"], r["ok_p99_us"]), OTHERS.pop()
+
+    for (name, b, args, env), runs in interleaved(cpu_servers, a.rounds, cpu_round):
+        per, served, p99 = zip(*(r for r, _ in runs))
+        OTHERS.extend(o for _, o in runs)
         print(f"| {name} | {med(per):.1f} | {med(served):,.0f} | {med(p99) / 1000:.2f} | {others()} |")
 
     # Size /work to ~1 ms, then load it at ~2x what 2 threads can serve.
@@ -179,14 +194,16 @@ def main():
     # The same with the pool's threads at nice 5: the 503 tail is the loop
     # thread waiting for a CPU behind its own CPU-bound workers.
     overload_servers = servers[:2] + [(n + " (--worker-nice 5)", b, ["--worker-nice", "5"], e) for n, b, _, e in servers[:2]]
-    for name, b, args, env in overload_servers:
-        rows, trips = [], []
-        for _ in range(a.rounds):
-            p, port = start(b, "--threads", "2", "--target-us", "5000", "--interval-us", "5000", *args, env=env)
-            r = load(a.load, port, a.seconds, f"64:{offered:.0f}:/work?n={n}", server_pid=p.pid)[f"/work?n={n}"]
-            trips.append(server_metric(port, "http_overload_signals_total"))
-            stop(p)  # asserts exit 0: every accepted request saw exactly one done
-            rows.append(r)
+    def overload_round(b, args, env):
+        p, port = start(b, "--threads", "2", "--target-us", "5000", "--interval-us", "5000", *args, env=env)
+        r = load(a.load, port, a.seconds, f"64:{offered:.0f}:/work?n={n}", server_pid=p.pid)[f"/work?n={n}"]
+        trips = server_metric(port, "http_overload_signals_total")
+        stop(p)  # asserts exit 0: every accepted request saw exactly one done
+        return (r, trips), OTHERS.pop()
+
+    for (name, b, args, env), runs in interleaved(overload_servers, a.rounds, overload_round):
+        rows, trips = zip(*(r for r, _ in runs))
+        OTHERS.extend(o for _, o in runs)
         f = lambda k: med([x[k] for x in rows])  # noqa: E731
         lost = med([x["sent"] - x["ok"] - x["shed"] - x["other"] for x in rows])
         print(f"| {name} | {f('ok') / a.seconds:,.0f} | {f('shed') / a.seconds:,.0f} | {f('ok_p50_us') / 1000:.2f} "
