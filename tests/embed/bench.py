@@ -181,9 +181,11 @@ def main():
     n = 200000
     r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
     n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
-    r = load(a.load, port, 2, f"2:0:/work?n={n}")[f"/work?n={n}"]
+    # The best of three: what two threads serve when they get the CPU (a
+    # burst of load from others during one measurement would understate it
+    # and make the "2x" overload milder than it says).
+    capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
     stop(p)
-    capacity = r["ok"] / 2
     offered = 2 * capacity
     print(f"\n### Overload: /work?n={n} (~1 ms), capacity of 2 threads ≈ {capacity:,.0f} req/s, "
           f"offered {offered:,.0f} req/s open loop over 64 conns; target 5 ms, interval 5 ms "

@@ -18,9 +18,15 @@
 //! everything until the signal trips again (a saw-tooth whose peaks are the
 //! served requests' tail). A refusal is also evidence: work is arriving
 //! faster than the pool takes it, however short the queue that the
-//! refusals keep. So the state recovers only once no refusal was answered
-//! for an `interval`, and then at the first admission test, or at a start
-//! whose delay fell below half the target or that left nothing waiting. A
+//! refusals keep. So a queue whose admission test is asked recovers only
+//! once, since the last refusal (or trip), it admitted more work than the
+//! target's standing queue plus an `interval` of the pool's time (each
+//! admission counted at the average gap between starts): the pool then kept
+//! up with the demand for an interval. Wall time without refusals would not
+//! do: a loop that stalled, asking nothing, has not shown the overload is
+//! over, however empty the queue it finds afterwards. It then recovers at
+//! that admission test, or at a start whose delay fell below half the
+//! target or that left nothing waiting. A
 //! reactor that pauses reading instead of asking never refuses, and
 //! recovers at such a start. Only starts and admission tests recover it:
 //! starts measure; a submission's estimate only ever trips it.
@@ -73,8 +79,11 @@ pub(crate) struct Codel {
     last_start: AtomicU64,
     /// Average gap between starts while work was waiting (ns); 0 = none yet.
     gap_ns: AtomicU64,
-    /// When `admit` last answered "refuse" (ns, at least 1); 0 = never.
-    last_refusal: AtomicU64,
+    /// Whether `admit` ever answered "refuse" (a server that asks).
+    refused: AtomicBool,
+    /// Work admitted since the last refusal or trip (ns of the pool's
+    /// time, at the average gap between starts).
+    admitted_ns: AtomicU64,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -92,7 +101,8 @@ impl Codel {
             nonempty_since: AtomicU64::new(0),
             last_start: AtomicU64::new(0),
             gap_ns: AtomicU64::new(0),
-            last_refusal: AtomicU64::new(0),
+            refused: AtomicBool::new(false),
+            admitted_ns: AtomicU64::new(0),
         }
     }
 
@@ -110,16 +120,28 @@ impl Codel {
             return (false, None);
         }
         if self.wait_estimate(now, queued) >= self.target_ns {
-            self.last_refusal.store(now.max(1), Relaxed);
+            if !self.refused.load(Relaxed) {
+                self.refused.store(true, Relaxed);
+            }
+            if self.admitted_ns.load(Relaxed) != 0 {
+                self.admitted_ns.store(0, Relaxed);
+            }
             return (true, None);
         }
-        (false, self.quiet(now).then_some(false))
+        // Before any pace is known, an admission counts as a target's worth.
+        let gap = match self.gap_ns.load(Relaxed) {
+            0 => self.target_ns,
+            g => g,
+        };
+        let admitted = self.admitted_ns.load(Relaxed).saturating_add(gap);
+        self.admitted_ns.store(admitted, Relaxed);
+        (false, self.quiet().then_some(false))
     }
 
-    /// No refusal for an interval.
-    fn quiet(&self, now: u64) -> bool {
-        let last = self.last_refusal.load(Relaxed);
-        last == 0 || now.saturating_sub(last) >= self.interval_ns
+    /// Nothing refused: never asked, or since the last refusal more work
+    /// admitted than the target's queue plus an interval of the pool's time.
+    fn quiet(&self) -> bool {
+        !self.refused.load(Relaxed) || self.admitted_ns.load(Relaxed) >= self.target_ns.saturating_add(self.interval_ns)
     }
 
     /// How long a submission made at `now` would wait, `queued` ahead of it.
@@ -164,7 +186,7 @@ impl Codel {
             if self.above_until.load(Relaxed) != 0 {
                 self.above_until.store(0, Relaxed);
             }
-            let recover = measured && (drained || delay_ns < self.target_ns / 2) && self.quiet(now);
+            let recover = measured && (drained || delay_ns < self.target_ns / 2) && self.quiet();
             return (over && recover).then_some(false);
         }
         if delay_ns >= self.target_ns.saturating_add(self.interval_ns) {
@@ -180,9 +202,14 @@ impl Codel {
         (!over && now >= until).then_some(true)
     }
 
-    /// Flips the state to `to`; false when another thread already did.
+    /// Flips the state to `to`; false when another thread already did. A
+    /// trip restarts the admissions that can show the overload is over.
     pub(crate) fn commit(&self, to: bool) -> bool {
-        self.overloaded.compare_exchange(!to, to, SeqCst, SeqCst).is_ok()
+        let flipped = self.overloaded.compare_exchange(!to, to, SeqCst, SeqCst).is_ok();
+        if flipped && to {
+            self.admitted_ns.store(0, Relaxed);
+        }
+        flipped
     }
 }
 
@@ -286,16 +313,48 @@ mod tests {
     }
 
     #[test]
-    fn refusals_hold_the_state_until_an_interval_passes_without_one() {
+    fn refusals_hold_the_state_until_the_pool_kept_up_for_an_interval() {
+        // Target 5 ms, interval 10 ms, 1 ms between starts: recovery takes
+        // more than 15 admissions with no refusal between them.
         let c = Codel::new(Duration::from_millis(5), Duration::from_millis(10));
         let now = paced(&c);
         assert!(c.commit(true));
         assert!(c.admit(now, 20).0);
         assert_eq!(c.on_start(now, now + MS, 0), None, "drained, but only because requests are refused");
-        assert_eq!(c.admit(now + 5 * MS, 0), (false, None), "admitted; 5 ms since the last refusal");
-        assert_eq!(c.admit(now + 11 * MS, 0), (false, Some(false)), "an interval without a refusal");
+        for k in 1..15 {
+            assert_eq!(c.admit(now + k * MS, 0), (false, None), "admission {k}: {k} ms of work");
+        }
+        assert!(c.admit(now + 15 * MS, 20).0, "refused again: the count restarts");
+        for k in 16..30 {
+            assert_eq!(c.admit(now + k * MS, 0), (false, None), "admission {}", k - 15);
+        }
+        assert_eq!(c.admit(now + 30 * MS, 0), (false, Some(false)), "15 ms of work admitted, none refused");
         assert!(c.commit(false));
-        assert_eq!(c.admit(now + 12 * MS, 20), (false, None), "recovered: admit until it trips again");
+        assert_eq!(c.admit(now + 31 * MS, 20), (false, None), "recovered: admit until it trips again");
+    }
+
+    #[test]
+    fn a_stall_that_asked_nothing_does_not_recover() {
+        let c = Codel::new(Duration::from_millis(5), Duration::from_millis(10));
+        let now = paced(&c);
+        assert!(c.commit(true));
+        assert!(c.admit(now, 20).0);
+        // The loop stalls 30 ms; the pool empties the queue meanwhile.
+        assert_eq!(c.on_start(now, now + 29 * MS, 0), None, "drained, but nobody was admitted meanwhile");
+        assert_eq!(c.admit(now + 30 * MS, 0), (false, None), "one admission is not an interval of work");
+    }
+
+    #[test]
+    fn a_trip_restarts_the_count_of_admitted_work() {
+        let c = Codel::new(Duration::from_millis(5), Duration::from_millis(10));
+        let now = paced(&c);
+        assert!(c.commit(true));
+        assert!(c.admit(now, 20).0);
+        for k in 1..15 {
+            c.admit(now + k * MS, 0);
+        }
+        assert!(c.commit(false) && c.commit(true), "recovered, then tripped again");
+        assert_eq!(c.admit(now + 16 * MS, 0), (false, None), "admissions of the last episode do not count");
     }
 
     #[test]
