@@ -61,6 +61,8 @@ pub const DEFAULT_OVERLOAD_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Weight of a new gap in the average: 1 / 2^GAP_SHIFT.
 const GAP_SHIFT: u32 = 3;
+/// A gap counts as at most this many times the average.
+const GAP_CLAMP: u64 = 4;
 
 pub(crate) struct Codel {
     target_ns: u64,
@@ -170,8 +172,16 @@ impl Codel {
         self.head_mark.store(submitted, Relaxed);
         let prev = self.last_start.swap((now << 1) | (left > 0) as u64, Relaxed);
         if prev & 1 == 1 {
-            let gap = now.saturating_sub(prev >> 1);
             let avg = self.gap_ns.load(Relaxed);
+            // One sample moves the average at most 4x its value: a pool
+            // thread preempted for 20 ms between two 50 us starts is not a
+            // pace (it would make every waiting submission look 50 times
+            // longer, for a dozen starts), while a real slow-down still
+            // shows within a few starts.
+            let gap = match avg {
+                0 => now.saturating_sub(prev >> 1),
+                a => now.saturating_sub(prev >> 1).min(a.saturating_mul(GAP_CLAMP)),
+            };
             let next = if avg == 0 { gap } else { avg - (avg >> GAP_SHIFT) + (gap >> GAP_SHIFT) };
             self.gap_ns.store(next.max(1), Relaxed);
         }
@@ -278,6 +288,20 @@ mod tests {
         c.on_submit(103 * MS, 0);
         assert_eq!(c.on_submit(103 * MS + 1, 3), None, "3 ahead: ~3 ms, below target");
         assert_eq!(c.on_submit(103 * MS + 2, 8), Some(true), "8 ahead: ~8 ms, though the head is 2 ns old");
+    }
+
+    #[test]
+    fn one_long_gap_between_starts_is_not_a_pace() {
+        let c = Codel::new(Duration::from_millis(5), Duration::ZERO);
+        paced(&c); // 1 ms between starts
+        start(&c, 0, 130, 1); // a thread preempted: 27 ms before the next start
+        c.on_submit(130 * MS, 0);
+        assert_eq!(c.on_submit(130 * MS + 1, 3), None, "3 ahead: ~4 ms (without the clamp ~13 ms)");
+        for t in 131..160 {
+            start(&c, 0, 2 * t - 131, 1); // a real slow-down to 2 ms a start
+        }
+        c.on_submit(189 * MS, 0);
+        assert_eq!(c.on_submit(189 * MS + 1, 3), Some(true), "3 ahead at ~2 ms each: 6 ms");
     }
 
     #[test]
