@@ -10,7 +10,9 @@
  *   /sleep?ms=M    "slept" after M ms inside wspool_blocking_begin/end
  *   /metrics       OpenMetrics text             (on the loop thread)
  * A pool-bound request is answered 503 at once when the completion queue
- * refuses it or says the pool is overloaded (queue delay above target).
+ * refuses it or its admission test, wspool_cq_overloaded, says it would wait
+ * past the target while the queue is overloaded; while overloaded, requests
+ * that would not are still admitted (counted in http_admitted_overloaded).
  */
 #ifndef HTTP_COMMON_H
 #define HTTP_COMMON_H
@@ -27,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WORK_MAX 100000000ull
 #define SLEEP_MAX_MS 10000ull
@@ -39,13 +44,15 @@ typedef struct http_opts {
     unsigned target_us;      /* overload target; 0 = off */
     unsigned interval_us;    /* overload interval */
     unsigned cap;            /* completion-queue cap; 0 = unbounded */
+    unsigned worker_nice;    /* the pool's threads run this much nicer than the loop (Linux: per thread) */
     bool uv_work;            /* http_libuv only: uv_queue_work instead of wspool */
 } http_opts;
 
 static void http_usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s [--port N] [--threads N] [--spin-us N] [--target-us N] [--interval-us N] [--cap N]%s\n",
+            "usage: %s [--port N] [--threads N] [--spin-us N] [--target-us N] [--interval-us N] [--cap N] "
+            "[--worker-nice N]%s\n",
             prog, strstr(prog, "libuv") ? " [--uv-work]" : "");
     exit(2);
 }
@@ -74,12 +81,28 @@ static http_opts http_parse_opts(int argc, char **argv)
             dst = &o.interval_us;
         else if (strcmp(a, "--cap") == 0)
             dst = &o.cap;
+        else if (strcmp(a, "--worker-nice") == 0)
+            dst = &o.worker_nice;
         else
             http_usage(argv[0]);
         if (dst)
             *dst = (unsigned)strtoul(argv[++i], NULL, 10);
     }
     return o;
+}
+
+/* --worker-nice N: each pool thread starts N nicer than the thread that
+ * made it (on Linux, nice is per thread; raising it needs no privilege), so
+ * the loop thread, which answers 503s and writes every response, wins the
+ * CPU over the pool's CPU-bound threads when both want it. */
+static void http_worker_nice(void *ctx, uint32_t index)
+{
+    (void)index;
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && setpriority(PRIO_PROCESS, tid, now + (int)(uintptr_t)ctx) != 0)
+        perror("setpriority");
 }
 
 static wspool *http_make_pool(const http_opts *o)
@@ -90,6 +113,10 @@ static wspool *http_make_pool(const http_opts *o)
     c.min_threads = o->threads;
     if (o->spin_us != ~0u)
         c.spin_max_us = o->spin_us;
+    if (o->worker_nice) {
+        c.on_thread_start = http_worker_nice;
+        c.hook_ctx = (void *)(uintptr_t)o->worker_nice;
+    }
     wspool *p = NULL;
     if (wspool_create(&c, &p) != WSPOOL_OK) {
         fprintf(stderr, "wspool_create: %s\n", wspool_last_error());
@@ -200,10 +227,32 @@ static void http_route(const char *target, size_t len, http_job *j)
 /* Server counters; written on the loop thread only, atomics for /metrics readers' sake. */
 typedef struct http_counters {
     atomic_ullong requests, submitted, done, done_cancelled, shed_overload, shed_refused, client_gone;
-    atomic_ullong overload_signals;
+    atomic_ullong overload_signals, admitted_overloaded;
 } http_counters;
 
 static http_counters HC;
+/* Between the OVERLOADED and RECOVERED signals (loop thread only). */
+static bool HTTP_OVERLOADED;
+
+/* The completion queue's on_signal: runs on the loop thread, from the drain. */
+static void http_on_signal(void *ctx, int s)
+{
+    (void)ctx;
+    if (s == WSPOOL_CQ_SIGNAL_OVERLOADED) {
+        atomic_fetch_add(&HC.overload_signals, 1);
+        HTTP_OVERLOADED = true;
+    } else if (s == WSPOOL_CQ_SIGNAL_RECOVERED) {
+        HTTP_OVERLOADED = false;
+    }
+}
+
+/* A request the completion queue accepted. */
+static void http_count_submitted(void)
+{
+    atomic_fetch_add(&HC.submitted, 1);
+    if (HTTP_OVERLOADED)
+        atomic_fetch_add(&HC.admitted_overloaded, 1);
+}
 
 /* The pool's OpenMetrics text with the server's families before its "# EOF".
  * Returns a malloc'd string (the caller frees) and its length in *len. */
@@ -234,6 +283,8 @@ static char *http_metrics_text(wspool *pool, size_t *len)
         {"http_shed_refused", "Requests answered 503 because the queue refused them.", offsetof(http_counters, shed_refused)},
         {"http_client_gone", "Responses dropped because the client had hung up.", offsetof(http_counters, client_gone)},
         {"http_overload_signals", "WSPOOL_CQ_SIGNAL_OVERLOADED signals received.", offsetof(http_counters, overload_signals)},
+        {"http_admitted_overloaded", "Requests admitted while overloaded (they would wait less than the target).",
+         offsetof(http_counters, admitted_overloaded)},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         unsigned long long v = atomic_load((atomic_ullong *)((char *)&HC + fam[i].off));

@@ -52,13 +52,6 @@ static void on_done(void *arg, int status)
     free(j);
 }
 
-static void on_signal(void *ctx, int s)
-{
-    (void)ctx;
-    if (s == WSPOOL_CQ_SIGNAL_OVERLOADED)
-        atomic_fetch_add(&HC.overload_signals, 1);
-}
-
 static void on_cq_readable(evutil_socket_t fd, short ev, void *ctx)
 {
     (void)fd, (void)ev, (void)ctx;
@@ -102,7 +95,7 @@ static void on_request(struct evhttp_request *req, void *ctx)
         reply(req, 503, "Service Unavailable", "refused\n", 8);
         return;
     }
-    atomic_fetch_add(&HC.submitted, 1);
+    http_count_submitted();
 }
 
 static void on_stop(evutil_socket_t sig, short ev, void *ctx)
@@ -134,7 +127,7 @@ int main(int argc, char **argv)
     co.cap = o.cap;
     co.overload_target_us = o.target_us;
     co.overload_interval_us = o.interval_us;
-    co.on_signal = on_signal;
+    co.on_signal = http_on_signal;
     wspool_cq_create(pool, &co, &cq);                                                          /* glue */
     struct event *cqev = event_new(base, wspool_cq_fd(cq), EV_READ | EV_PERSIST, on_cq_readable, NULL); /* glue */
     event_add(cqev, NULL);                                                                     /* glue */

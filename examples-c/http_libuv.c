@@ -142,13 +142,6 @@ static void on_cq_readable(uv_poll_t *h, int status, int events)
     wspool_cq_drain(cq, 0); /* glue: run the done callbacks here, on the loop */
 }
 
-static void on_signal(void *ctx, int s)
-{
-    (void)ctx;
-    if (s == WSPOOL_CQ_SIGNAL_OVERLOADED)
-        atomic_fetch_add(&HC.overload_signals, 1);
-}
-
 static bool header_is(const char *h, const char *end, const char *name, const char *value)
 {
     size_t nl = strlen(name), vl = strlen(value);
@@ -243,7 +236,7 @@ static void process_next(conn *c)
         return;
     }
     c->refs++;
-    atomic_fetch_add(&HC.submitted, 1);
+    http_count_submitted();
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -324,7 +317,7 @@ int main(int argc, char **argv)
         co.cap = O.cap;
         co.overload_target_us = O.target_us;
         co.overload_interval_us = O.interval_us;
-        co.on_signal = on_signal;
+        co.on_signal = http_on_signal;
         wspool_cq_create(pool, &co, &cq);                        /* glue */
         uv_poll_init(loop, &cq_poll, wspool_cq_fd(cq));          /* glue */
         uv_poll_start(&cq_poll, UV_READABLE, on_cq_readable);    /* glue */

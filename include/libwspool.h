@@ -869,8 +869,9 @@ int wspool_cq_submit(struct wspool_cq *cq, wspool_fn work, wspool_cq_done_fn don
 /**
  * The file descriptor to poll for readability (epoll/libevent/libuv), or -1 (and
  * `WSPOOL_EINVAL` in the last error) for a queue with a `wake` callback or a NULL `cq`.
- * Level-triggered: readable exactly while there is something to drain. Never read it yourself:
- * `wspool_cq_drain` clears it under the queue's lock, so no wake-up can be lost.
+ * Level-triggered: readable while there is something to drain (and, briefly, after a drain that
+ * raced a completion's wake-up: the waking thread clears that itself; a loop woken by it drains
+ * nothing). Never read it yourself: `wspool_cq_drain` clears it, and no wake-up can be lost.
  */
 int wspool_cq_fd(const struct wspool_cq *cq);
 
@@ -888,12 +889,16 @@ int wspool_cq_drain(struct wspool_cq *cq, uint32_t max);
 size_t wspool_cq_pending(const struct wspool_cq *cq);
 
 /**
- * 1 while the queue's delay signal says overloaded, else 0 (one atomic load; 0 for NULL).
+ * The overload signal's admission test: 1 while the queue is overloaded (from
+ * `WSPOOL_CQ_SIGNAL_OVERLOADED` to `WSPOOL_CQ_SIGNAL_RECOVERED`) *and* a submission made now would
+ * wait at least `overload_target_us` by the queue's estimate, else 0 (0 for NULL). Refusing work
+ * exactly while it is 1 keeps the standing queue near the target. A few atomic loads and a clock
+ * read.
  */
 int wspool_cq_overloaded(const struct wspool_cq *cq);
 
 /**
- * 1 while any completion queue of `pool` is overloaded, else 0 (0 for NULL).
+ * 1 while `wspool_cq_overloaded` is 1 for any completion queue of `pool`, else 0 (0 for NULL).
  */
 int wspool_overloaded(const struct wspool *pool);
 

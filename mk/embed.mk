@@ -4,7 +4,7 @@
 #   make test-embed     C completion-queue suite (plain, ASan+UBSan+LSan), then both HTTP
 #                       servers driven by curl / ab / wrk (plain and ASan servers)
 #   make bench-embed    HTTP mix, CPU per request, overload, and asyncio `await pool.run`
-#                       vs run_in_executor figures (medians of 3 rounds)
+#                       vs run_in_executor figures (medians of 5 rounds, servers taking turns)
 #
 # The HTTP examples need libuv and libevent headers and the clients come from
 # Debian packages: when missing, the targets install them with apt-get (as
@@ -88,7 +88,7 @@ $(EMBED_TBIN)/httpload: tests/embed/httpload.c
 	@mkdir -p $(EMBED_TBIN)
 	$(EMBED_CC) -std=gnu11 -O2 -Wall -Wextra -Werror $< -o $@
 
-# Medians of 3 rounds; the figures in docs/embedding.md come from this.
+# Medians of 5 rounds (asyncio: 3); the figures in docs/embedding.md come from this.
 bench-embed: embed $(EMBED_TBIN)/httpload python-install
-	$(PYTHON) tests/embed/bench.py --bin $(EMBED_BIN) --load $(EMBED_TBIN)/httpload --rounds 3 --seconds 3
+	$(PYTHON) tests/embed/bench.py --bin $(EMBED_BIN) --load $(EMBED_TBIN)/httpload --rounds 5 --seconds 3
 	$(PY) tests/embed/bench_asyncio.py --rounds 3

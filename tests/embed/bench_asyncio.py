@@ -31,7 +31,7 @@ async def measure(submit, n):
 
 async def round_(n):
     loop = asyncio.get_running_loop()
-    with wspool.Pool(min_threads=2, max_threads=2, growth="fixed") as pool:
+    with wspool.Pool(min_threads=2, growth="fixed") as pool:
         await measure(lambda: pool.run(trivial), 500)  # warm-up
         ws = await measure(lambda: pool.run(trivial), n)
     with ThreadPoolExecutor(max_workers=2) as tpe:

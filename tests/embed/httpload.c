@@ -10,7 +10,8 @@
  * second, spread evenly over its connections (open loop: a connection sends
  * on schedule, or as soon as its previous response arrived if it is late);
  * 0 = closed loop (send again as soon as the response arrived). Latency is
- * send-to-last-byte. One line per group on stdout:
+ * from just before the request's send() to the epoll wake-up that delivered
+ * the response's last byte. One line per group on stdout:
  *   path=... sent=N ok=N shed=N other=N ok_p50_us= ok_p99_us= shed_p50_us= shed_p99_us= shed_max_us=
  * Single-threaded epoll; loopback only.
  */
@@ -157,13 +158,17 @@ int main(int argc, char **argv)
                 continue;
             if (c->next_ns <= now) {
                 group *g = &gs[c->g];
+                /* Stamped at its own send: with many connections due at once,
+                 * the loop's `now` would charge the server for this client's
+                 * earlier sends. */
+                int64_t at = now_ns();
                 if (send(c->fd, g->req, (size_t)g->req_len, MSG_NOSIGNAL) != g->req_len) {
                     perror("send");
                     return 1;
                 }
                 g->sent++;
                 c->busy = 1;
-                c->sent_ns = now;
+                c->sent_ns = at;
             } else if (c->next_ns < wake) {
                 wake = c->next_ns;
             }

@@ -11,19 +11,28 @@
 //! caller gets its payload in the error.
 //!
 //! Wake-up: the queue's file descriptor ([`CompletionQueue::fd`], an eventfd
-//! on Linux, a pipe elsewhere) is readable exactly while something is ready
-//! to drain. It is set on the empty -> non-empty transition (one wake per
+//! on Linux, a pipe elsewhere) is readable while something is ready to
+//! drain. It is set on the empty -> non-empty transition (one wake per
 //! batch, not per task) and cleared by `drain` itself when it leaves the
-//! queue empty, both under the queue's lock, so the loop never reads it and
-//! never races it. With a wake callback instead ([`CqOptions::wake`], for
-//! `uv_async_send` and the like) the callback runs on the same transition,
-//! on the thread that made it, and again after a bounded drain that left
-//! work behind.
+//! queue empty, so the loop never reads it. Neither system call is made
+//! under the queue's lock: a pool thread preempted inside its `write` would
+//! otherwise stall the loop on that lock, and on a loaded machine the loop
+//! waking up is what preempts it. The price is a brief stale readiness: a
+//! completion drained before its thread got to `write` leaves the fd
+//! readable on an empty queue until that thread, right after its `write`,
+//! sees the queue empty with no wake-up owed and clears it (a loop woken
+//! meanwhile drains nothing). No wake-up is ever lost: `drain` clears the
+//! fd only after finding the queue empty, and checks it is still empty
+//! after clearing. With a wake
+//! callback instead ([`CqOptions::wake`], for `uv_async_send` and the like)
+//! the callback runs on the same transition, on the thread that made it, and
+//! again after a bounded drain that left work behind.
 //!
 //! Back-pressure: an optional cap on pending submissions (refused past it,
 //! [`CqSignal::HighWater`] at `high_water`, [`CqSignal::LowWater`] back at
 //! `low_water`) and a CoDel-style overload signal from queue delay (see
-//! [`codel`]). Signals are delivered by `drain`, in order with completions.
+//! [`codel`]; [`CompletionQueue::overloaded`] is its admission test). Signals
+//! are delivered by `drain`, ahead of the completions drained with them.
 //!
 //! Hot path: payloads travel in recycled boxed nodes (a free list), and the
 //! job handed to the pool is two words plus the work closure, inline in the
@@ -32,6 +41,7 @@
 //! queue still allocates a block now and then; `tests/cq_alloc.rs`).
 
 mod codel;
+mod types;
 mod wake;
 
 use std::cell::Cell;
@@ -48,138 +58,8 @@ use crate::sync::lock;
 
 use codel::Codel;
 pub use codel::{DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET};
+pub use types::{CloseMode, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError};
 use wake::Wake;
-
-/// How a submission ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CqStatus {
-    /// The work ran to the end.
-    Ran,
-    /// The work never ran: the pool dropped it unrun (`Shutdown::Cancel`,
-    /// `DiscardOldest`) or the queue was closed with [`CloseMode::Cancel`]
-    /// before it started.
-    Cancelled,
-    /// The work panicked (the panic is contained; the payload comes back).
-    Panicked,
-}
-
-/// A change of back-pressure state, delivered by `drain` in order with the
-/// completions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CqSignal {
-    /// Pending submissions reached `high_water`: stop taking new requests.
-    HighWater,
-    /// Pending submissions fell back to `low_water`: take requests again.
-    LowWater,
-    /// Queue delay stayed above the target for the interval: shed load.
-    Overloaded,
-    /// Queue delay is below the target again (or the queue ran empty).
-    Recovered,
-}
-
-/// One item out of [`CompletionQueue::drain`].
-#[derive(Debug)]
-pub enum CqEvent<T> {
-    /// A submission's payload and how it ended.
-    Done(T, CqStatus),
-    /// A back-pressure transition.
-    Signal(CqSignal),
-}
-
-/// What [`CompletionQueue::close`] does with submissions not yet started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseMode {
-    /// Let them run; their completions come back as usual.
-    Drain,
-    /// They come back `Cancelled` without running when the pool reaches them.
-    Cancel,
-}
-
-/// Why [`CompletionQueue::submit`] refused; the payload comes back.
-#[derive(Debug)]
-pub struct CqSubmitError<T> {
-    /// The reason.
-    pub kind: CqRefusal,
-    /// The payload, untouched: no completion will come for it.
-    pub item: T,
-}
-
-/// Reasons for a refused submission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CqRefusal {
-    /// `cap` submissions are already pending.
-    Full,
-    /// The queue is closed (or closing).
-    Closed,
-    /// The pool's bounded queue refused it (its reject policy).
-    Rejected,
-    /// The pool is shut down.
-    Shutdown,
-}
-
-impl std::fmt::Display for CqRefusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CqRefusal::Full => "completion queue refused the submission: its cap is reached",
-            CqRefusal::Closed => "completion queue refused the submission: it is closed",
-            CqRefusal::Rejected => "completion queue refused the submission: the pool's queue is full",
-            CqRefusal::Shutdown => "completion queue refused the submission: the pool is shut down",
-        })
-    }
-}
-
-impl std::error::Error for CqRefusal {}
-
-/// Options of a completion queue; `Default` is an unbounded queue with an
-/// fd wake-up and the overload signal on at its default parameters.
-pub struct CqOptions {
-    /// Most pending submissions (queued, running, or done but not drained);
-    /// 0 = unbounded. Past it `submit` refuses with [`CqRefusal::Full`].
-    pub cap: usize,
-    /// `HighWater` is signalled when pending reaches this (0 = `cap`, or
-    /// never when unbounded).
-    pub high_water: usize,
-    /// `LowWater` is signalled when pending falls back to this after a
-    /// `HighWater` (0 = half of `high_water`).
-    pub low_water: usize,
-    /// CoDel target: queue delay (submit to start) considered standing
-    /// when above this. `None` turns the overload signal off.
-    pub overload_target: Option<Duration>,
-    /// CoDel interval: how long the delay must stay above target.
-    pub overload_interval: Duration,
-    /// Wake the loop by calling this instead of through an fd.
-    pub wake: Option<Box<dyn Fn() + Send + Sync>>,
-    /// Submit through the pool's global queue even from a pool thread.
-    pub global: bool,
-}
-
-impl Default for CqOptions {
-    fn default() -> Self {
-        CqOptions {
-            cap: 0,
-            high_water: 0,
-            low_water: 0,
-            overload_target: Some(DEFAULT_OVERLOAD_TARGET),
-            overload_interval: DEFAULT_OVERLOAD_INTERVAL,
-            wake: None,
-            global: false,
-        }
-    }
-}
-
-impl std::fmt::Debug for CqOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CqOptions")
-            .field("cap", &self.cap)
-            .field("high_water", &self.high_water)
-            .field("low_water", &self.low_water)
-            .field("overload_target", &self.overload_target)
-            .field("overload_interval", &self.overload_interval)
-            .field("wake", &self.wake.as_ref().map(|_| "callback"))
-            .field("global", &self.global)
-            .finish()
-    }
-}
 
 /// A recycled carrier of one payload.
 struct Node<T> {
@@ -214,17 +94,15 @@ struct Inner<T> {
     free: Mutex<Vec<Box<Node<T>>>>,
     /// Accepted submissions whose completion has not been drained.
     pending: AtomicUsize,
-    /// Accepted submissions not yet started (for CoDel's "queue ran empty").
+    /// Bumped (under the lock) each time a drain takes back an owed wake-up.
+    drains: std::sync::atomic::AtomicU64,
+    /// Accepted submissions not yet started (CoDel's queue length).
     queued: AtomicUsize,
     wake: Wake,
     codel: Option<Codel>,
     /// 0 open, 1 closed (drain), 2 closed (cancel).
     closed: std::sync::atomic::AtomicU8,
     above_high: std::sync::atomic::AtomicBool,
-    /// Submission time of the most recently started submission (ns).
-    head_mark: std::sync::atomic::AtomicU64,
-    /// When the not-started count last went from 0 to 1 (ns).
-    nonempty_since: std::sync::atomic::AtomicU64,
     epoch: Instant,
 }
 
@@ -237,32 +115,51 @@ impl<T> Inner<T> {
         self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64
     }
 
-    /// Makes the queue ready (under its lock) and returns whether the
-    /// caller must run the wake callback (outside the lock).
-    fn mark_ready(&self, r: &mut Ready<T>) -> bool {
+    /// Makes the queue ready (under its lock). `Some` when the caller owes
+    /// the loop a wake-up, which it pays with `wake_loop` after dropping the
+    /// lock: the drain epoch it saw.
+    fn mark_ready(&self, r: &mut Ready<T>) -> Option<u64> {
         if r.closer_waiting {
             self.closed_cv.notify_all();
         }
-        if r.signaled {
-            return false;
-        }
-        r.signaled = true;
-        self.wake.set()
+        (!std::mem::replace(&mut r.signaled, true)).then(|| self.drains.load(SeqCst))
     }
 
     /// Hands a finished node to the loop.
     fn complete(&self, node: Box<Node<T>>) {
-        let call = {
+        let wake = {
             let mut r = lock(&self.ready);
             r.done.push_back(node);
             self.mark_ready(&mut r)
         };
-        if call {
-            self.wake.call();
+        if let Some(seen) = wake {
+            self.wake_loop(Some(seen));
         }
     }
 
-    fn signal(&self, r: &mut MutexGuard<'_, Ready<T>>, s: CqSignal) -> bool {
+    /// Wakes the loop, after the lock is dropped. A drain may have taken
+    /// what this wake-up announces before the write landed (the drain epoch
+    /// moved since `seen`; `None`: assume it did), leaving the fd readable
+    /// on an empty queue: the waker then clears it itself, under the lock,
+    /// where "empty and no wake-up owed" is exact.
+    fn wake_loop(&self, seen: Option<u64>) {
+        self.wake.wake();
+        if self.wake.is_callback() {
+            return;
+        }
+        // Pairs with the drain's SeqCst bump before its own clear: either
+        // this sees the bump, or that clear comes after this write.
+        std::sync::atomic::fence(SeqCst);
+        if seen == Some(self.drains.load(SeqCst)) {
+            return;
+        }
+        let r = lock(&self.ready);
+        if r.is_empty() && !r.signaled {
+            self.wake.clear();
+        }
+    }
+
+    fn signal(&self, r: &mut MutexGuard<'_, Ready<T>>, s: CqSignal) -> Option<u64> {
         r.signals.push_back(s);
         self.mark_ready(r)
     }
@@ -270,48 +167,33 @@ impl<T> Inner<T> {
     /// Called on the pool thread when a submission starts.
     fn on_start(&self, submitted_ns: u64) {
         let left = self.queued.fetch_sub(1, AcqRel) - 1;
-        if self.codel.is_none() {
-            return;
+        if let Some(codel) = &self.codel {
+            self.flip(codel, codel.on_start(submitted_ns, self.now_ns(), left));
         }
-        self.head_mark.store(submitted_ns, Relaxed);
-        let now = self.now_ns();
-        self.observe_delay(now.saturating_sub(submitted_ns), now, left == 0);
     }
 
-    /// Called on the submitting thread: the age of the oldest submission not
-    /// yet started, estimated as the time since the newer of the last
-    /// started one's submission and the queue's last empty -> non-empty
-    /// transition (the head was submitted after both, so this errs high).
-    /// It sees a queue building a whole queue-delay before a start would.
+    /// Called on the submitting thread, `was_queued` not started ahead.
     fn on_submit(&self, now: u64, was_queued: usize) {
-        if self.codel.is_none() {
-            return;
+        if let Some(codel) = &self.codel {
+            self.flip(codel, codel.on_submit(now, was_queued));
         }
-        if was_queued == 0 {
-            self.nonempty_since.store(now, Relaxed);
-            return;
-        }
-        let since = self.head_mark.load(Relaxed).max(self.nonempty_since.load(Relaxed));
-        self.observe_delay(now.saturating_sub(since), now, false);
     }
 
-    fn observe_delay(&self, delay_ns: u64, now: u64, drained: bool) {
-        let Some(codel) = &self.codel else { return };
-        if let Some(overloaded) = codel.observe(delay_ns, now, drained) {
-            // The state flip and its signal happen under the lock, so the
-            // signals alternate in the order the flips happened.
-            let call = {
-                let mut r = lock(&self.ready);
-                if codel.commit(overloaded) {
-                    let s = if overloaded { CqSignal::Overloaded } else { CqSignal::Recovered };
-                    self.signal(&mut r, s)
-                } else {
-                    false
-                }
-            };
-            if call {
-                self.wake.call();
+    fn flip(&self, codel: &Codel, to: Option<bool>) {
+        let Some(overloaded) = to else { return };
+        // The state flip and its signal happen under the lock, so the
+        // signals alternate in the order the flips happened.
+        let wake = {
+            let mut r = lock(&self.ready);
+            if codel.commit(overloaded) {
+                let s = if overloaded { CqSignal::Overloaded } else { CqSignal::Recovered };
+                self.signal(&mut r, s)
+            } else {
+                None
             }
+        };
+        if let Some(seen) = wake {
+            self.wake_loop(Some(seen));
         }
     }
 
@@ -375,10 +257,34 @@ impl<T: Send + 'static> Drop for Job<T> {
     }
 }
 
+/// Completions taken out of the queue by a `drain` and not yet handed to
+/// its callback. Should the callback unwind, they go back to the queue's
+/// head, still owed.
+struct Unhanded<'a, T> {
+    inner: &'a Inner<T>,
+    batch: VecDeque<Box<Node<T>>>,
+}
+
+impl<T> Drop for Unhanded<'_, T> {
+    fn drop(&mut self) {
+        if !self.batch.is_empty() {
+            let mut r = lock(&self.inner.ready);
+            while let Some(node) = self.batch.pop_back() {
+                r.done.push_front(node);
+            }
+            r.signaled = true;
+            drop(r);
+            self.inner.wake_loop(None);
+        }
+    }
+}
+
 /// A completion queue bound to a pool. See the module documentation.
 pub struct CompletionQueue<T: Send + 'static> {
     pool: Pool,
     inner: Arc<Inner<T>>,
+    /// `drain`'s batch buffer, kept for its capacity.
+    batch: Mutex<VecDeque<Box<Node<T>>>>,
     cap: usize,
     high_water: usize,
     low_water: usize,
@@ -416,15 +322,15 @@ impl<T: Send + 'static> CompletionQueue<T> {
                 closed_cv: Condvar::new(),
                 free: Mutex::new(Vec::new()),
                 pending: AtomicUsize::new(0),
+                drains: std::sync::atomic::AtomicU64::new(0),
                 queued: AtomicUsize::new(0),
                 wake,
                 codel: opts.overload_target.map(|t| Codel::new(t, opts.overload_interval)),
                 closed: std::sync::atomic::AtomicU8::new(OPEN),
                 above_high: std::sync::atomic::AtomicBool::new(false),
-                head_mark: std::sync::atomic::AtomicU64::new(0),
-                nonempty_since: std::sync::atomic::AtomicU64::new(0),
                 epoch: Instant::now(),
             }),
+            batch: Mutex::new(VecDeque::new()),
             cap: opts.cap,
             high_water,
             low_water,
@@ -469,9 +375,9 @@ impl<T: Send + 'static> CompletionQueue<T> {
         match self.pool.spawn_with(opts, move || job.run(work)) {
             Ok(()) => {
                 if self.high_water != 0 && before + 1 >= self.high_water && !inner.above_high.swap(true, SeqCst) {
-                    let call = self.inner.signal(&mut lock(&inner.ready), CqSignal::HighWater);
-                    if call {
-                        inner.wake.call();
+                    let wake = self.inner.signal(&mut lock(&inner.ready), CqSignal::HighWater);
+                    if let Some(seen) = wake {
+                        inner.wake_loop(Some(seen));
                     }
                 }
                 Ok(())
@@ -505,44 +411,70 @@ impl<T: Send + 'static> CompletionQueue<T> {
     /// for one thread (the loop's); `f` may submit again.
     pub fn drain(&self, max: usize, mut f: impl FnMut(CqEvent<T>)) -> usize {
         let inner = &*self.inner;
+        // Completions move in batches, one lock each, into a buffer the
+        // loop owns; the callbacks run without the queue's lock.
+        let mut held = Unhanded { inner, batch: std::mem::take(&mut *lock(&self.batch)) };
         let mut n = 0;
+        let mut cleared = false;
         loop {
-            let (next, left) = {
+            let signals = {
                 let mut r = lock(&inner.ready);
-                let next = match r.signals.pop_front() {
-                    Some(s) => Some(Err(s)),
-                    None if n < max => r.done.pop_front().map(Ok),
-                    None => None,
-                };
-                if r.is_empty() && r.signaled {
-                    r.signaled = false;
-                    inner.wake.clear();
+                let signals = std::mem::take(&mut r.signals);
+                let room = max - n;
+                if r.done.len() <= room {
+                    std::mem::swap(&mut r.done, &mut held.batch);
+                } else {
+                    held.batch.extend(r.done.drain(..room));
                 }
-                (next, !r.is_empty())
+                if signals.is_empty() && held.batch.is_empty() {
+                    if !r.done.is_empty() {
+                        drop(r);
+                        // A bounded drain left work: the loop must hear of it
+                        // again, and the fd may have been cleared by this call.
+                        if cleared || inner.wake.is_callback() {
+                            inner.wake_loop(None);
+                        }
+                        break;
+                    }
+                    // Empty. Clear the fd outside the lock (when a wake-up was
+                    // owed, or on this call's first look: a stale readiness),
+                    // then look again: a completion that came meanwhile set
+                    // `signaled` again and is drained in the next round.
+                    let owed = std::mem::replace(&mut r.signaled, false);
+                    if owed {
+                        // A waker that saw the previous epoch re-checks.
+                        inner.drains.fetch_add(1, SeqCst);
+                    }
+                    drop(r);
+                    if owed || !cleared {
+                        inner.wake.clear();
+                        cleared = true;
+                    }
+                    if lock(&inner.ready).is_empty() {
+                        break;
+                    }
+                    continue;
+                }
+                signals
             };
-            match next {
-                None => {
-                    if left && inner.wake.is_callback() {
-                        // A bounded drain left work: owe the loop another wake.
-                        inner.wake.call();
-                    }
-                    return n;
-                }
-                Some(Err(s)) => f(CqEvent::Signal(s)),
-                Some(Ok(mut node)) => {
-                    n += 1;
-                    let item = node.item.take().expect("a completed node holds its payload");
-                    let status = node.status;
-                    inner.recycle(node);
-                    let now = inner.pending.fetch_sub(1, AcqRel) - 1;
-                    let low = now <= self.low_water && inner.above_high.swap(false, SeqCst);
-                    f(CqEvent::Done(item, status));
-                    if low {
-                        f(CqEvent::Signal(CqSignal::LowWater));
-                    }
+            for s in signals {
+                f(CqEvent::Signal(s));
+            }
+            while let Some(mut node) = held.batch.pop_front() {
+                n += 1;
+                let item = node.item.take().expect("a completed node holds its payload");
+                let status = node.status;
+                inner.recycle(node);
+                let now = inner.pending.fetch_sub(1, AcqRel) - 1;
+                let low = now <= self.low_water && inner.above_high.swap(false, SeqCst);
+                f(CqEvent::Done(item, status));
+                if low {
+                    f(CqEvent::Signal(CqSignal::LowWater));
                 }
             }
         }
+        *lock(&self.batch) = std::mem::take(&mut held.batch);
+        n
     }
 
     /// Accepted submissions whose completion has not been drained yet.
@@ -550,8 +482,26 @@ impl<T: Send + 'static> CompletionQueue<T> {
         self.inner.pending.load(Relaxed)
     }
 
-    /// The overload signal's current state (one atomic load).
+    /// The overload signal's admission test: true while the queue is
+    /// overloaded (between the `Overloaded` and `Recovered` signals) *and* a
+    /// submission made now would wait at least the target by the queue's
+    /// estimate. A server that refuses work exactly while this is true keeps
+    /// the standing queue, and so its served requests' wait, near the
+    /// target. A true answer counts as a refusal: the state recovers only
+    /// after an interval without one (the module `codel`), and may recover in
+    /// this call. A few atomic loads and a clock read.
     pub fn overloaded(&self) -> bool {
+        let inner = &*self.inner;
+        let Some(codel) = &inner.codel else { return false };
+        let (refuse, flip) = codel.admit(inner.now_ns(), inner.queued.load(Relaxed));
+        inner.flip(codel, flip);
+        refuse
+    }
+
+    /// The overload state alone: true from the `Overloaded` signal to the
+    /// `Recovered` one (one atomic load). A reactor that pauses reading
+    /// while overloaded follows this (or the signals).
+    pub fn overload_state(&self) -> bool {
         self.inner.codel.as_ref().is_some_and(Codel::is_overloaded)
     }
 

@@ -1,8 +1,9 @@
 //! How a completion queue wakes its loop: a pollable fd (eventfd on Linux,
 //! a non-blocking pipe on other Unixes) or a user callback.
 //!
-//! The queue calls `set` and `clear` under its lock, so the fd is readable
-//! exactly while the queue holds something to drain (level semantics).
+//! The queue decides under its lock *whether* to wake or clear, and makes
+//! the system call after dropping it (see the queue's module documentation
+//! for why no wake-up is lost).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -64,9 +65,10 @@ impl Wake {
         matches!(self, Wake::Callback(_))
     }
 
-    /// Makes the fd readable; true when a callback must be called instead
-    /// (by the caller, after dropping the queue's lock).
-    pub(crate) fn set(&self) -> bool {
+    /// Wakes the loop: makes the fd readable, or runs the callback (a panic
+    /// in it is caught: it runs on a pool thread that must not unwind).
+    /// Called outside the queue's lock.
+    pub(crate) fn wake(&self) {
         match self {
             #[cfg(unix)]
             Wake::Fd { write, .. } => {
@@ -77,9 +79,10 @@ impl Wake {
                 // SAFETY: writing from a live local. A full pipe or counter
                 // (EAGAIN) is already readable, which is all we need.
                 unsafe { libc::write(*write, (&one as *const u64).cast(), n) };
-                false
             }
-            Wake::Callback(_) => true,
+            Wake::Callback(f) => {
+                let _ = catch_unwind(AssertUnwindSafe(f));
+            }
         }
     }
 
@@ -88,8 +91,10 @@ impl Wake {
         #[cfg(unix)]
         if let Wake::Fd { read, .. } = self {
             let mut buf = [0u8; 64];
-            // One read resets an eventfd; a pipe holds one byte per `set`,
-            // and `set` runs once per clear, so 64 bytes empties it.
+            // One read resets an eventfd. A pipe holds one byte per `wake`:
+            // one per batch, plus one after a bounded drain or a stale one, so
+            // 64 bytes empties it in practice, and a byte left over only
+            // costs a spurious wake-up whose drain reads it.
             loop {
                 // SAFETY: reading into a live local buffer from our own fd.
                 let r = unsafe { libc::read(*read, buf.as_mut_ptr().cast(), buf.len()) };
@@ -98,18 +103,6 @@ impl Wake {
                 }
                 break;
             }
-        }
-    }
-
-    /// Runs the wake callback (a no-op for an fd). A panic in it is caught:
-    /// it runs on a pool thread that must not unwind.
-    pub(crate) fn call(&self) {
-        match self {
-            Wake::Callback(f) => {
-                let _ = catch_unwind(AssertUnwindSafe(f));
-            }
-            #[cfg(unix)]
-            Wake::Fd { .. } => {}
         }
     }
 }
