@@ -74,7 +74,7 @@ impl Here {
     pub(crate) fn should_sample_delay(&self) -> bool {
         let tick = self.sample_tick.get().wrapping_add(1);
         self.sample_tick.set(tick);
-        tick % DELAY_SAMPLE_EVERY == 0
+        tick.is_multiple_of(DELAY_SAMPLE_EVERY)
     }
 
     /// Takes `n` sampling ticks at once (a batch) and returns the tick

@@ -287,24 +287,12 @@ impl WorkerThread {
         // found nothing parks next, and its park re-scans.
         if registry.sleep.stop_spinning()
             && found.is_some()
-            && self.global_work_visible()
+            && !registry.injector.is_empty()
             && registry.sleep.notify_global()
         {
             registry.monitor.kick();
         }
         Some(found)
-    }
-
-    /// Global work another worker could take: in the injector, or in the
-    /// inbox of a stalled worker (what a spinner looks at, see `take_global`).
-    fn global_work_visible(&self) -> bool {
-        let registry = &*self.registry;
-        let n = registry.high_water.load(Acquire);
-        !registry.injector.is_empty()
-            || registry.slots[..n]
-                .iter()
-                .enumerate()
-                .any(|(i, slot)| i != self.index && slot.counters.stalled.load(Relaxed) && !slot.inbox.is_empty())
     }
 
     fn spin_for(&self, budget: Duration, searching: bool) -> Option<JobRef> {
@@ -380,7 +368,7 @@ impl WorkerThread {
     fn find_task(&self, searching: bool) -> Option<JobRef> {
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
-        if tick % FAIRNESS_INTERVAL == 0
+        if tick.is_multiple_of(FAIRNESS_INTERVAL)
             && let Some(job) = self.take_global()
         {
             return Some(job);
@@ -525,7 +513,12 @@ impl WorkerThread {
             offered = true;
         }
         if offered {
-            self.registry.wake_for_new_work();
+            // Not `wake_for_new_work`: that wakes nobody while a worker
+            // spins, and a spinner's hand-on looks only at the injector, not
+            // at every stalled worker's inbox (one line per worker, per spin).
+            std::sync::atomic::fence(SeqCst);
+            let woke = self.registry.sleep.notify_one();
+            self.registry.after_notify(woke);
         }
     }
 }

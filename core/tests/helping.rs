@@ -10,12 +10,11 @@
 
 mod common;
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Gate, OpenOnDrop, eventually, pool_with_one_free_worker, watchdog};
+use common::{Gate, OpenOnDrop, eventually, pool_with_one_free_worker, ran_inside_the_wait, watchdog};
 use wspool::{Growth, Pool};
 
 const HANG: Duration = Duration::from_secs(10);
@@ -101,36 +100,14 @@ fn mutex_held_across_a_group_wait_does_not_self_deadlock() {
     });
 }
 
-thread_local! {
-    /// Set while a test task is inside its wait on this thread.
-    static IN_WAIT: Cell<bool> = const { Cell::new(false) };
-}
-
 // Issue 10.2: the README's escape hatch, waiting inside `wspool::blocking`,
 // did nothing (waits never looked at blocking regions). A wait inside a
 // blocking region must never run other tasks on this thread.
 #[test]
 fn a_wait_inside_a_blocking_region_runs_no_other_task() {
-    watchdog(HANG, "wait inside blocking()", || {
-        // Y holds one of the two workers for 200 ms.
-        let (pool, group) = pool_with_one_free_worker();
-        let waiting = Arc::new(AtomicBool::new(false));
-        let t1 = {
-            let (group, waiting) = (group.clone(), waiting.clone());
-            pool.submit(move || {
-                IN_WAIT.with(|w| w.set(true));
-                waiting.store(true, SeqCst);
-                wspool::blocking(|| group.wait()).unwrap();
-                IN_WAIT.with(|w| w.set(false));
-            })
-            .unwrap()
-        };
-        eventually(HANG, "T1 waits", || waiting.load(SeqCst));
-        std::thread::sleep(Duration::from_millis(10));
-        let t2 = pool.submit(|| IN_WAIT.with(|w| w.get())).unwrap();
-        t1.wait().unwrap();
-        assert!(!t2.wait().unwrap(), "a wait inside wspool::blocking ran another task on its thread");
-    });
+    // Y holds one of the two workers for 200 ms; T1 waits inside blocking().
+    let ran = ran_inside_the_wait("wait inside blocking()", |g| wspool::blocking(|| g.wait()));
+    assert!(!ran, "a wait inside wspool::blocking ran another task on its thread");
 }
 
 // Issue 10.3: a worker parked inside a wait was the first one woken for new

@@ -7,47 +7,21 @@
 
 mod common;
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, pool_with_one_free_worker, watchdog};
+use common::{eventually, pool_with_one_free_worker, ran_inside_the_wait, watchdog};
 
 const HANG: Duration = Duration::from_secs(10);
-
-thread_local! {
-    /// Set while a test task is inside its isolated wait on this thread.
-    static IN_WAIT: Cell<bool> = const { Cell::new(false) };
-}
 
 // Issue 10.2: a wait inside `isolate` never runs a task from outside the
 // region, even when that task is queued while the waiter has nothing else
 // to do.
 #[test]
 fn an_isolated_wait_runs_no_outside_task() {
-    watchdog(HANG, "isolated wait with outside work queued", || {
-        let (pool, group) = pool_with_one_free_worker();
-        let waiting = Arc::new(AtomicBool::new(false));
-        let t1 = {
-            let (group, waiting) = (group.clone(), waiting.clone());
-            pool.submit(move || {
-                wspool::isolate(|| {
-                    IN_WAIT.with(|w| w.set(true));
-                    waiting.store(true, SeqCst);
-                    let r = group.wait();
-                    IN_WAIT.with(|w| w.set(false));
-                    r
-                })
-            })
-            .unwrap()
-        };
-        eventually(HANG, "T1 waits", || waiting.load(SeqCst));
-        std::thread::sleep(Duration::from_millis(10));
-        let t2 = pool.submit(|| IN_WAIT.with(|w| w.get())).unwrap();
-        t1.wait().unwrap().unwrap();
-        assert!(!t2.wait().unwrap(), "an isolated wait ran a task from outside its region");
-    });
+    let ran = ran_inside_the_wait("isolated wait with outside work queued", |g| wspool::isolate(|| g.wait()));
+    assert!(!ran, "an isolated wait ran a task from outside its region");
 }
 
 // Issue 10.2: isolation keeps helping with the region's own work: a child

@@ -356,32 +356,40 @@ fn region_push_wakes_its_waiter() {
     });
 }
 
+/// How a pool thread enters the compensation count: `enter` (a blocking
+/// region) or `enter_wait` (parked inside a wait). Arguments: has_work,
+/// wake, lend.
+type Entry = fn(&Compensation, &dyn Fn() -> bool, &dyn Fn() -> bool, &dyn Fn());
+
+/// The only worker enters the count (`entry`) while a submitter pushes a
+/// job; there is no sleeper to wake. Whatever the interleaving, the queued
+/// job ends with somebody to run it: a lent thread. Returns the state
+/// after both sides finished.
+fn entry_races_submit(entry: Entry) -> Arc<Compensation> {
+    let comp = Arc::new(Compensation::default());
+    let queue = Arc::new(Injector::default());
+    let lent = Arc::new(AtomicUsize::new(0));
+    let (c, q, l) = (comp.clone(), queue.clone(), lent.clone());
+    let worker = thread::spawn(move || {
+        entry(&c, &|| q.has_work(), &|| false, &|| {
+            l.fetch_add(1, SeqCst);
+        });
+    });
+    queue.push();
+    comp.after_submit(false, || {
+        lent.fetch_add(1, SeqCst);
+    });
+    worker.join().unwrap();
+    assert!(lent.load(SeqCst) >= 1, "queued work stranded behind a thread that stopped running it");
+    comp
+}
+
 /// Blocking compensation: a pool thread entering a blocking region races a
-/// submitter. Whatever the interleaving, the queued job ends with somebody
-/// to run it: a woken worker or a lent thread.
+/// submitter.
 #[test]
 fn blocking_entry_races_submit() {
     loom::model(|| {
-        let comp = Arc::new(Compensation::default());
-        let queue = Arc::new(Injector::default());
-        let lent = Arc::new(AtomicUsize::new(0));
-        let (c, q, l) = (comp.clone(), queue.clone(), lent.clone());
-        // The only worker blocks; there is no sleeper to wake.
-        let blocker = thread::spawn(move || {
-            c.enter(
-                || q.has_work(),
-                || false,
-                || {
-                    l.fetch_add(1, SeqCst);
-                },
-            );
-        });
-        queue.push();
-        comp.after_submit(false, || {
-            lent.fetch_add(1, SeqCst);
-        });
-        blocker.join().unwrap();
-        assert!(lent.load(SeqCst) >= 1, "queued work stranded behind a blocked thread");
+        let comp = entry_races_submit(|c, has_work, wake, lend| c.enter(has_work, wake, lend));
         assert_eq!(comp.blocked(), 1);
     });
 }
@@ -390,25 +398,7 @@ fn blocking_entry_races_submit() {
 #[test]
 fn waiter_entry_races_submit() {
     loom::model(|| {
-        let comp = Arc::new(Compensation::default());
-        let queue = Arc::new(Injector::default());
-        let lent = Arc::new(AtomicUsize::new(0));
-        let (c, q, l) = (comp.clone(), queue.clone(), lent.clone());
-        let waiter = thread::spawn(move || {
-            c.enter_wait(
-                || q.has_work(),
-                || false,
-                || {
-                    l.fetch_add(1, SeqCst);
-                },
-            );
-        });
-        queue.push();
-        comp.after_submit(false, || {
-            lent.fetch_add(1, SeqCst);
-        });
-        waiter.join().unwrap();
-        assert!(lent.load(SeqCst) >= 1, "queued work stranded behind a waiting thread");
+        let comp = entry_races_submit(|c, has_work, wake, lend| c.enter_wait(has_work, wake, lend));
         assert_eq!((comp.blocked(), comp.waiting()), (0, 1));
     });
 }

@@ -209,3 +209,35 @@ pub fn pool_with_one_free_worker() -> (wspool::Pool, wspool::Group) {
     eventually(Duration::from_secs(10), "one worker is held", || started.load(SeqCst));
     (pool, group)
 }
+
+thread_local! {
+    /// Set while a test task is inside its wait on this thread.
+    static IN_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// On a pool with one free worker (`pool_with_one_free_worker`), task T1
+/// waits on the group whose task holds the other worker, through `wait`;
+/// while T1 waits, task T2 is submitted. Returns whether T2 ran on T1's
+/// thread inside that wait (help-while-waiting ran it nested).
+pub fn ran_inside_the_wait(what: &str, wait: fn(&wspool::Group) -> Result<(), wspool::TaskError>) -> bool {
+    watchdog(Duration::from_secs(10), what, move || {
+        let (pool, group) = pool_with_one_free_worker();
+        let waiting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t1 = {
+            let (group, waiting) = (group.clone(), waiting.clone());
+            pool.submit(move || {
+                IN_WAIT.with(|w| w.set(true));
+                waiting.store(true, SeqCst);
+                let r = wait(&group);
+                IN_WAIT.with(|w| w.set(false));
+                r
+            })
+            .unwrap()
+        };
+        eventually(Duration::from_secs(10), "T1 waits", || waiting.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(10));
+        let t2 = pool.submit(|| IN_WAIT.with(|w| w.get())).unwrap();
+        t1.wait().unwrap().unwrap();
+        t2.wait().unwrap()
+    })
+}
