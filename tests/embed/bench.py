@@ -123,7 +123,12 @@ def main():
     ap.add_argument("--load", default="target/embed/httpload")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--only", default="mix,cpu,overload", help="sections to run, comma-separated")
+    ap.add_argument("--nice", default="5", help="--worker-nice values for the overload rows, comma-separated")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="extra server arguments for another row of each wspool server in every section")
     a = ap.parse_args()
+    only = set(a.only.split(","))
     uv, ev = f"{a.bin}/http_libuv", f"{a.bin}/http_libevent"
     uvenv = {"UV_THREADPOOL_SIZE": "2"}
     servers = [
@@ -131,86 +136,90 @@ def main():
         ("libevent + wspool cq", ev, [], None),
         ("libuv uv_queue_work (UV_THREADPOOL_SIZE=2)", uv, ["--uv-work"], uvenv),
     ]
+    variants = [(f"{n} ({v})", b, v.split(), e) for v in a.variant for n, b, _, e in servers[:2]]
     # The same two servers with the pool's spinning off: what the spin
     # heuristic costs a loop sharing two cores with its pool.
-    mix_servers = servers[:2] + [(n + " (--spin-us 0)", b, ["--spin-us", "0"], e) for n, b, _, e in servers[:2]] + servers[2:]
+    mix_servers = servers[:2] + [(n + " (--spin-us 0)", b, ["--spin-us", "0"], e) for n, b, _, e in servers[:2]] + variants + servers[2:]
 
-    print(f"### HTTP mix: 61 conns /ping + 3 conns /sleep?ms=50, min_threads 2 (medians of {a.rounds} x {a.seconds:g} s)\n")
-    print("| server | /ping p50 (ms) | /ping p99 (ms) | /ping req/s | /sleep p50 (ms) | others (cores) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    def mix_round(b, args, env):
-        p, port = start(b, "--threads", "2", *args, env=env)
-        r = load(a.load, port, a.seconds, "61:0:/ping", "3:0:/sleep?ms=50", server_pid=p.pid)
+    if "mix" in only:
+        print(f"### HTTP mix: 61 conns /ping + 3 conns /sleep?ms=50, min_threads 2 (medians of {a.rounds} x {a.seconds:g} s)\n")
+        print("| server | /ping p50 (ms) | /ping p99 (ms) | /ping req/s | /sleep p50 (ms) | others (cores) |")
+        print("|---|---:|---:|---:|---:|---:|")
+        def mix_round(b, args, env):
+            p, port = start(b, "--threads", "2", *args, env=env)
+            r = load(a.load, port, a.seconds, "61:0:/ping", "3:0:/sleep?ms=50", server_pid=p.pid)
+            stop(p)
+            return r, OTHERS.pop()
+
+        for (name, b, args, env), runs in interleaved(mix_servers, a.rounds, mix_round):
+            rows = [r for r, _ in runs]
+            OTHERS.extend(o for _, o in runs)
+            ping = [r["/ping"] for r in rows]
+            sl = [r["/sleep?ms=50"] for r in rows]
+            print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
+                  f"| {med([x['ok'] for x in ping]) / a.seconds:,.0f} | {med([x['ok_p50_us'] for x in sl]) / 1000:.1f} | {others()} |")
+
+    if "cpu" in only:
+        rate = 10000
+        print(f"\n### Server CPU per /ping: 64 conns, open loop {rate:,} req/s (medians of {a.rounds} x {a.seconds:g} s)\n")
+        print("| server | CPU per request (µs) | served | p99 (ms) | others (cores) |")
+        print("|---|---:|---:|---:|---:|")
+        cpu_servers = [
+            ("libuv + wspool cq (spin default)", uv, [], None),
+            ("libuv + wspool cq (--spin-us 0)", uv, ["--spin-us", "0"], None),
+            ("libevent + wspool cq (spin default)", ev, [], None),
+            ] + variants + [("libuv uv_queue_work (UV_THREADPOOL_SIZE=2)", uv, ["--uv-work"], uvenv)]
+        def cpu_round(b, args, env):
+            p, port = start(b, "--threads", "2", *args, env=env)
+            load(a.load, port, 0.5, f"64:{rate}:/ping")  # warm-up
+            c0 = cpu_s(p.pid)
+            r = load(a.load, port, a.seconds, f"64:{rate}:/ping", server_pid=p.pid)["/ping"]
+            c1 = cpu_s(p.pid)
+            stop(p)
+            return ((c1 - c0) / max(r["ok"], 1) * 1e6, r["ok"], r["ok_p99_us"]), OTHERS.pop()
+
+        for (name, b, args, env), runs in interleaved(cpu_servers, a.rounds, cpu_round):
+            per, served, p99 = zip(*(r for r, _ in runs))
+            OTHERS.extend(o for _, o in runs)
+            print(f"| {name} | {med(per):.1f} | {med(served):,.0f} | {med(p99) / 1000:.2f} | {others()} |")
+
+    if "overload" in only:
+        # Size /work to ~1 ms, then load it at ~2x what 2 threads can serve.
+        p, port = start(uv, "--threads", "2", "--target-us", "0")
+        n = 200000
+        r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
+        n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
+        # The best of three: what two threads serve when they get the CPU (a
+        # burst of load from others during one measurement would understate it
+        # and make the "2x" overload milder than it says).
+        capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
         stop(p)
-        return r, OTHERS.pop()
+        offered = 2 * capacity
+        print(f"\n### Overload: /work?n={n} (~1 ms), capacity of 2 threads ≈ {capacity:,.0f} req/s, "
+              f"offered {offered:,.0f} req/s open loop over 64 conns; target 5 ms, interval 5 ms "
+              f"(medians of {a.rounds} x {a.seconds:g} s)\n")
+        print("| server | served/s | shed (503)/s | served p50 (ms) | served p99 (ms) | 503 p50 (ms) | 503 p99 (ms) "
+              "| overload trips | lost | others (cores) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        # The same with the pool's threads at nice 5: the 503 tail is the loop
+        # thread waiting for a CPU behind its own CPU-bound workers.
+        overload_servers = servers[:2] + [(n + f" (--worker-nice {k})", b, ["--worker-nice", k], e)
+                                          for k in a.nice.split(",") if k for n, b, _, e in servers[:2]] + variants
+        def overload_round(b, args, env):
+            p, port = start(b, "--threads", "2", "--target-us", "5000", "--interval-us", "5000", *args, env=env)
+            r = load(a.load, port, a.seconds, f"64:{offered:.0f}:/work?n={n}", server_pid=p.pid)[f"/work?n={n}"]
+            trips = server_metric(port, "http_overload_signals_total")
+            stop(p)  # asserts exit 0: every accepted request saw exactly one done
+            return (r, trips), OTHERS.pop()
 
-    for (name, b, args, env), runs in interleaved(mix_servers, a.rounds, mix_round):
-        rows = [r for r, _ in runs]
-        OTHERS.extend(o for _, o in runs)
-        ping = [r["/ping"] for r in rows]
-        sl = [r["/sleep?ms=50"] for r in rows]
-        print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
-              f"| {med([x['ok'] for x in ping]) / a.seconds:,.0f} | {med([x['ok_p50_us'] for x in sl]) / 1000:.1f} | {others()} |")
-
-    rate = 10000
-    print(f"\n### Server CPU per /ping: 64 conns, open loop {rate:,} req/s (medians of {a.rounds} x {a.seconds:g} s)\n")
-    print("| server | CPU per request (µs) | served | p99 (ms) | others (cores) |")
-    print("|---|---:|---:|---:|---:|")
-    cpu_servers = [
-        ("libuv + wspool cq (spin default)", uv, [], None),
-        ("libuv + wspool cq (--spin-us 0)", uv, ["--spin-us", "0"], None),
-        ("libevent + wspool cq (spin default)", ev, [], None),
-        ("libuv uv_queue_work (UV_THREADPOOL_SIZE=2)", uv, ["--uv-work"], uvenv),
-    ]
-    def cpu_round(b, args, env):
-        p, port = start(b, "--threads", "2", *args, env=env)
-        load(a.load, port, 0.5, f"64:{rate}:/ping")  # warm-up
-        c0 = cpu_s(p.pid)
-        r = load(a.load, port, a.seconds, f"64:{rate}:/ping", server_pid=p.pid)["/ping"]
-        c1 = cpu_s(p.pid)
-        stop(p)
-        return ((c1 - c0) / max(r["ok"], 1) * 1e6, r["ok"], r["ok_p99_us"]), OTHERS.pop()
-
-    for (name, b, args, env), runs in interleaved(cpu_servers, a.rounds, cpu_round):
-        per, served, p99 = zip(*(r for r, _ in runs))
-        OTHERS.extend(o for _, o in runs)
-        print(f"| {name} | {med(per):.1f} | {med(served):,.0f} | {med(p99) / 1000:.2f} | {others()} |")
-
-    # Size /work to ~1 ms, then load it at ~2x what 2 threads can serve.
-    p, port = start(uv, "--threads", "2", "--target-us", "0")
-    n = 200000
-    r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
-    n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
-    # The best of three: what two threads serve when they get the CPU (a
-    # burst of load from others during one measurement would understate it
-    # and make the "2x" overload milder than it says).
-    capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
-    stop(p)
-    offered = 2 * capacity
-    print(f"\n### Overload: /work?n={n} (~1 ms), capacity of 2 threads ≈ {capacity:,.0f} req/s, "
-          f"offered {offered:,.0f} req/s open loop over 64 conns; target 5 ms, interval 5 ms "
-          f"(medians of {a.rounds} x {a.seconds:g} s)\n")
-    print("| server | served/s | shed (503)/s | served p50 (ms) | served p99 (ms) | 503 p50 (ms) | 503 p99 (ms) "
-          "| overload trips | lost | others (cores) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    # The same with the pool's threads at nice 5: the 503 tail is the loop
-    # thread waiting for a CPU behind its own CPU-bound workers.
-    overload_servers = servers[:2] + [(n + " (--worker-nice 5)", b, ["--worker-nice", "5"], e) for n, b, _, e in servers[:2]]
-    def overload_round(b, args, env):
-        p, port = start(b, "--threads", "2", "--target-us", "5000", "--interval-us", "5000", *args, env=env)
-        r = load(a.load, port, a.seconds, f"64:{offered:.0f}:/work?n={n}", server_pid=p.pid)[f"/work?n={n}"]
-        trips = server_metric(port, "http_overload_signals_total")
-        stop(p)  # asserts exit 0: every accepted request saw exactly one done
-        return (r, trips), OTHERS.pop()
-
-    for (name, b, args, env), runs in interleaved(overload_servers, a.rounds, overload_round):
-        rows, trips = zip(*(r for r, _ in runs))
-        OTHERS.extend(o for _, o in runs)
-        f = lambda k: med([x[k] for x in rows])  # noqa: E731
-        lost = med([x["sent"] - x["ok"] - x["shed"] - x["other"] for x in rows])
-        print(f"| {name} | {f('ok') / a.seconds:,.0f} | {f('shed') / a.seconds:,.0f} | {f('ok_p50_us') / 1000:.2f} "
-              f"| {f('ok_p99_us') / 1000:.2f} | {f('shed_p50_us') / 1000:.3f} | {f('shed_p99_us') / 1000:.3f} "
-              f"| {med(trips):.0f} | {lost:.0f} in flight at the end | {others()} |")
+        for (name, b, args, env), runs in interleaved(overload_servers, a.rounds, overload_round):
+            rows, trips = zip(*(r for r, _ in runs))
+            OTHERS.extend(o for _, o in runs)
+            f = lambda k: med([x[k] for x in rows])  # noqa: E731
+            lost = med([x["sent"] - x["ok"] - x["shed"] - x["other"] for x in rows])
+            print(f"| {name} | {f('ok') / a.seconds:,.0f} | {f('shed') / a.seconds:,.0f} | {f('ok_p50_us') / 1000:.2f} "
+                  f"| {f('ok_p99_us') / 1000:.2f} | {f('shed_p50_us') / 1000:.3f} | {f('shed_p99_us') / 1000:.3f} "
+                  f"| {med(trips):.0f} | {lost:.0f} in flight at the end | {others()} |")
 
 
 if __name__ == "__main__":
