@@ -47,7 +47,9 @@ const FAMILIES: &[Family] = &[
     counter("steals", "Tasks stolen from another worker's deque.", |s| s.steals as f64),
     counter("spin_hits", "Debounce spins that found work.", |s| s.spin_hits as f64),
     counter("spin_misses", "Debounce spins that parked.", |s| s.spin_misses as f64),
-    gauge("spin_threshold_seconds", "Current debounce spin threshold.", |s| s.spin_threshold_ns as f64 * 1e-9),
+    gauge("spin_threshold_seconds", "Current debounce spin threshold (0: spinning switched off, probes only).", |s| {
+        s.spin_threshold_ns as f64 * 1e-9
+    }),
     counter("threads_started", "Worker threads started.", |s| s.threads_started as f64),
     counter("threads_retired", "Worker threads retired.", |s| s.threads_retired as f64),
     counter("starvation_injections", "Threads added by the starvation monitor.", |s| s.starvation_injections as f64),

@@ -47,7 +47,8 @@ pub struct Stats {
     pub spin_hits: u64,
     /// Debounce spins that gave up and parked.
     pub spin_misses: u64,
-    /// Current debounce threshold (the largest among live workers), ns.
+    /// Current debounce threshold (the largest among live workers), ns; 0
+    /// when every worker has switched spinning off (only probes spin).
     pub spin_threshold_ns: u32,
     /// Threads started over the pool's life (the initial ones included).
     pub threads_started: u64,

@@ -300,3 +300,48 @@ fn the_monitor_costs_almost_nothing() {
     assert_eq!(computing_stats.starvation_injections, 0, "{computing_stats:?}");
     assert!(idle <= 0.001, "{idle}");
 }
+
+/// The monitor thread's voluntary context switches (how often it slept).
+#[cfg(target_os = "linux")]
+fn monitor_wakeups(pool_name: &str) -> u64 {
+    let want = format!("{pool_name}-monitor");
+    for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == want {
+            let status = std::fs::read_to_string(entry.path().join("status")).unwrap();
+            let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
+            return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        }
+    }
+    panic!("no thread named {want}");
+}
+
+/// A pool idle between short bursts (an event loop's: one request per
+/// wake-up) kicks its monitor at every wake-up; each kick must start one
+/// interval of sleep, not a tick and a new idle wait, or the monitor wakes
+/// (and the submitter signals it) once per task. With a 5 ms interval and
+/// a task every ~200 µs for half a second the monitor sleeps twice per
+/// interval (its timed wait, then its idle wait until the next kick): ~200
+/// times, where waking per task gave ~1,500. Allowed: three per interval.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_pool_idle_between_bursts_wakes_its_monitor_per_interval_not_per_task() {
+    let _serial = serial();
+    let interval = Duration::from_millis(5);
+    let pool = Pool::builder().name("mcb").min_threads(2).monitor_interval(interval).build().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let before = monitor_wakeups("mcb");
+    let t0 = Instant::now();
+    let mut tasks = 0u64;
+    while t0.elapsed() < Duration::from_millis(500) {
+        pool.submit(|| ()).unwrap().wait();
+        tasks += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let elapsed = t0.elapsed();
+    let wakeups = monitor_wakeups("mcb") - before;
+    let allowed = 3 * (elapsed.as_micros() / interval.as_micros()) as u64 + 10;
+    println!("{tasks} tasks in {elapsed:?}: the monitor slept {wakeups} times (allowed {allowed})");
+    assert!(tasks > allowed, "too few tasks ({tasks}) to tell: the machine is too slow for this test");
+    assert!(wakeups <= allowed, "{wakeups} monitor wake-ups for {tasks} tasks in {elapsed:?}");
+}

@@ -41,7 +41,8 @@ pub struct wspool_stats {
     pub spin_hits: u64,
     /// Debounce spins that found none.
     pub spin_misses: u64,
-    /// Current debounce threshold in ns (seed 004's adaptive threshold).
+    /// Current debounce threshold in ns (seed 004's adaptive threshold); 0 when every worker
+    /// has switched spinning off (only probes spin).
     pub spin_threshold_ns: u32,
     /// Threads started since creation.
     pub threads_started: u64,

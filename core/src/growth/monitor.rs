@@ -38,7 +38,8 @@
 //! Cost: a tick reads at most `SAMPLE_PER_TICK` CPU clocks and a bounded
 //! number of completion counters, and is skipped outright at `max_threads`
 //! or with nothing queued. When every worker is parked and nothing is
-//! queued the monitor sleeps until a worker is woken.
+//! queued the monitor sleeps until a worker is woken, then one interval
+//! more before it looks (`Monitor::pause`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -152,11 +153,19 @@ impl Monitor {
         }
     }
 
-    /// Sleeps for `interval`; or, while `pool_idle()` holds, until kicked.
-    /// `idle` is published before `pool_idle` is checked and `kick` reads it
-    /// after waking a worker (both SeqCst), so a kick is never missed.
-    /// Returns `None` when stopped, else whether the pool was idle (the
-    /// monitor slept until kicked).
+    /// Sleeps for `interval`; or, while `pool_idle()` holds, until kicked
+    /// and then for `interval`. `idle` is published before `pool_idle` is
+    /// checked and `kick` reads it after waking a worker (both SeqCst), so a
+    /// kick is never missed. Returns `None` when stopped, else whether the
+    /// pool was idle (the monitor slept until kicked).
+    ///
+    /// A kick only starts the clock: a busy phase cannot be judged before
+    /// an interval of it has passed, and a monitor that looked at once would
+    /// go straight back to its idle wait in a pool that is idle between
+    /// short bursts (an event loop's: one request per wake-up), to be kicked
+    /// again by the next one: a lock, a condvar signal and a context switch
+    /// per request, paid by the submitter (the loop thread). This way kicks
+    /// cost at most one signal per interval; the others read `idle` only.
     fn pause(&self, interval: Duration, pool_idle: impl Fn() -> bool) -> Option<bool> {
         let mut st = lock(&self.state);
         self.idle.store(true, SeqCst);
@@ -167,7 +176,8 @@ impl Monitor {
             }
         }
         self.idle.store(false, SeqCst);
-        if !st.kicked && !st.stopped {
+        st.kicked = false;
+        if !st.stopped {
             st = self.cv.wait_timeout(st, interval).unwrap_or_else(|p| p.into_inner()).0;
         }
         st.kicked = false;
