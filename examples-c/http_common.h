@@ -29,8 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,7 +42,7 @@ typedef struct http_opts {
     unsigned target_us;      /* overload target; 0 = off */
     unsigned interval_us;    /* overload interval */
     unsigned cap;            /* completion-queue cap; 0 = unbounded */
-    unsigned worker_nice;    /* the pool's threads run this much nicer than the loop (Linux: per thread) */
+    unsigned worker_nice;    /* pool thread_nice: its threads run this much nicer than the loop (Linux) */
     bool uv_work;            /* http_libuv only: uv_queue_work instead of wspool */
 } http_opts;
 
@@ -59,7 +57,7 @@ static void http_usage(const char *prog)
 
 static http_opts http_parse_opts(int argc, char **argv)
 {
-    http_opts o = {.port = 0, .threads = 2, .spin_us = ~0u, .target_us = 5000, .interval_us = 5000};
+    http_opts o = {.port = 0, .threads = 2, .spin_us = ~0u, .target_us = 5000, .interval_us = 5000, .worker_nice = 19};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned *dst = NULL;
@@ -91,20 +89,6 @@ static http_opts http_parse_opts(int argc, char **argv)
     return o;
 }
 
-/* --worker-nice N: each pool thread starts N nicer than the thread that
- * made it (on Linux, nice is per thread; raising it needs no privilege), so
- * the loop thread, which answers 503s and writes every response, wins the
- * CPU over the pool's CPU-bound threads when both want it. */
-static void http_worker_nice(void *ctx, uint32_t index)
-{
-    (void)index;
-    id_t tid = (id_t)syscall(SYS_gettid);
-    errno = 0;
-    int now = getpriority(PRIO_PROCESS, tid);
-    if (errno == 0 && setpriority(PRIO_PROCESS, tid, now + (int)(uintptr_t)ctx) != 0)
-        perror("setpriority");
-}
-
 static wspool *http_make_pool(const http_opts *o)
 {
     wspool_config c;
@@ -113,10 +97,9 @@ static wspool *http_make_pool(const http_opts *o)
     c.min_threads = o->threads;
     if (o->spin_us != ~0u)
         c.spin_max_us = o->spin_us;
-    if (o->worker_nice) {
-        c.on_thread_start = http_worker_nice;
-        c.hook_ctx = (void *)(uintptr_t)o->worker_nice;
-    }
+    /* The loop thread answers every request (503s included) and writes every
+     * response: the pool's CPU-bound threads must not keep it from a CPU. */
+    c.thread_nice = o->worker_nice;
     wspool *p = NULL;
     if (wspool_create(&c, &p) != WSPOOL_OK) {
         fprintf(stderr, "wspool_create: %s\n", wspool_last_error());

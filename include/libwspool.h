@@ -352,6 +352,14 @@ typedef struct wspool_config {
    * cannot provide makes `wspool_create` fail with `WSPOOL_ESPAWN`.
    */
   size_t stack_size;
+  /**
+   * Added in 0.1 after the second layout: every thread of the pool (workers, threads lent to
+   * blocking regions, the monitor) runs this many steps nicer than the thread that creates the
+   * pool, at most 19; 0 = the same (default). For a pool sharing its cores with an event loop:
+   * the loop then preempts CPU-bound tasks on each wake-up. Linux only (nice is per thread
+   * there); elsewhere accepted and ignored. Above 19 is `WSPOOL_EINVAL`.
+   */
+  uint32_t thread_nice;
 } wspool_config;
 
 /**
@@ -483,7 +491,8 @@ typedef struct wspool_stats {
    */
   uint64_t spin_misses;
   /**
-   * Current debounce threshold in ns (seed 004's adaptive threshold).
+   * Current debounce threshold in ns (seed 004's adaptive threshold); 0 when every worker
+   * has switched spinning off (only probes spin).
    */
   uint32_t spin_threshold_ns;
   /**

@@ -80,6 +80,9 @@ pub struct Builder {
     pub(crate) stack_size: Option<usize>,
     pub(crate) cpu_parallelism: usize,
     pub(crate) monitor_hint: bool,
+    pub(crate) thread_nice: u32,
+    /// What `thread_nice` comes to for this pool's threads (set by `validate`).
+    pub(crate) nice_target: Option<i32>,
     pub(crate) on_thread_start: Option<ThreadHook>,
     pub(crate) on_thread_stop: Option<ThreadHook>,
 }
@@ -99,6 +102,8 @@ impl Default for Builder {
             stack_size: None,
             cpu_parallelism: 0,
             monitor_hint: true,
+            thread_nice: 0,
+            nice_target: None,
             on_thread_start: None,
             on_thread_stop: None,
         }
@@ -117,6 +122,7 @@ impl fmt::Debug for Builder {
             .field("keep_alive", &self.keep_alive)
             .field("spin_max_us", &self.spin_max_us)
             .field("monitor_interval", &self.monitor_interval)
+            .field("thread_nice", &self.thread_nice)
             .finish_non_exhaustive()
     }
 }
@@ -193,6 +199,19 @@ impl Builder {
         self.stack_size = Some(bytes);
         self
     }
+    /// Runs every thread of the pool (workers, threads lent to blocking
+    /// regions, the starvation monitor) `steps` nicer than the thread that
+    /// builds the pool, at most 19 (0, the default: the same). For a pool
+    /// that shares its cores with an event loop: the scheduler then lets the
+    /// loop preempt CPU-bound tasks on every wake-up, so the loop keeps
+    /// answering (and refusing) requests while the pool is saturated; the
+    /// pool gets the CPU the loop leaves. Linux only, where nice is per
+    /// thread and raising it needs no privilege; elsewhere it is accepted
+    /// and does nothing. See `docs/embedding.md`.
+    pub fn thread_nice(mut self, steps: u32) -> Self {
+        self.thread_nice = steps;
+        self
+    }
     /// Runs on each new worker thread before its first task, with its index.
     pub fn on_thread_start(mut self, f: impl Fn(usize) + Send + Sync + 'static) -> Self {
         self.on_thread_start = Some(Arc::new(f));
@@ -246,6 +265,13 @@ impl Builder {
         if self.spin_max_us > 100_000 {
             return Err(ConfigError::new("spin_max_us above 100000 (0.1 s) is never useful"));
         }
+        if self.thread_nice > 19 {
+            return Err(ConfigError::new(format!(
+                "thread_nice {} is above 19, the largest step between two nice values",
+                self.thread_nice
+            )));
+        }
+        self.nice_target = crate::priority::target(self.thread_nice);
         if self.monitor_interval < Duration::from_millis(1) || self.monitor_interval > Duration::from_secs(10) {
             return Err(ConfigError::new("monitor_interval must be between 1 ms and 10 s"));
         }

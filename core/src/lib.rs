@@ -41,6 +41,7 @@ mod join;
 mod latch;
 mod metrics;
 mod pool;
+mod priority;
 mod registry;
 mod scope;
 mod serial;

@@ -312,6 +312,61 @@ fn thread_hooks_run_with_the_worker_index_and_names_are_prefixed() {
     assert_eq!(stopped.load(SeqCst), 3);
 }
 
+/// The nice value of each of this process's threads whose name starts with
+/// `prefix`, from `/proc/self/task/*/stat` (field 19).
+#[cfg(target_os = "linux")]
+fn nice_of_threads(prefix: &str) -> Vec<(String, i32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim_end();
+        if comm.starts_with(prefix) {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap();
+            // After the ")" that ends the name: field 3 is the state; nice is field 19.
+            let nice = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(16).unwrap().parse().unwrap();
+            found.push((comm.to_owned(), nice));
+        }
+    }
+    found
+}
+
+/// `thread_nice(n)`: every thread of the pool, workers, threads lent to
+/// blocking regions (started by a pool thread that is itself lowered) and
+/// the monitor, runs exactly `n` nicer than the thread that built the pool.
+#[cfg(target_os = "linux")]
+#[test]
+fn thread_nice_lowers_every_pool_thread_once() {
+    let base = nice_of_threads("").into_iter().map(|(_, n)| n).min().unwrap();
+    let p = Pool::builder().name("nice5").min_threads(2).max_threads(8).thread_nice(5).build().unwrap();
+    // Four tasks sleeping in blocking regions at once: the pool lends
+    // threads, started from pool threads.
+    let gate = Arc::new(Gate::default());
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let g = gate.clone();
+            p.submit(move || wspool::blocking(|| g.wait())).unwrap()
+        })
+        .collect();
+    eventually(LONG, "threads lent", || p.stats().threads >= 4);
+    let threads = nice_of_threads("nice5-");
+    gate.open();
+    for t in tasks {
+        t.wait().unwrap();
+    }
+    assert!(threads.len() >= 5, "workers, lent threads and the monitor: {threads:?}");
+    assert!(threads.iter().any(|(n, _)| n == "nice5-monitor"), "{threads:?}");
+    let want = (base + 5).min(19);
+    assert!(threads.iter().all(|&(_, n)| n == want), "want {want} everywhere: {threads:?}");
+
+    let plain = Pool::builder().name("nice0").min_threads(2).build().unwrap();
+    plain.submit(|| ()).unwrap().wait().unwrap();
+    let threads = nice_of_threads("nice0-");
+    assert!(threads.iter().all(|&(_, n)| n == base), "thread_nice 0 keeps the builder's: {threads:?}");
+
+    let e = Pool::builder().thread_nice(20).build().unwrap_err();
+    assert!(e.to_string().contains("thread_nice"), "{e}");
+}
+
 #[test]
 fn config_errors_are_returned_not_panicked() {
     let e = Pool::builder().min_threads(4).max_threads(2).build().unwrap_err();

@@ -2,7 +2,7 @@
 //! core's `Builder`.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::mem::{offset_of, size_of};
+use std::mem::{align_of, offset_of, size_of};
 use std::ptr;
 use std::time::Duration;
 
@@ -77,6 +77,12 @@ pub struct wspool_config {
     /// helps. Values below `WSPOOL_STACK_SIZE_MIN` are `WSPOOL_EINVAL`; a size the operating system
     /// cannot provide makes `wspool_create` fail with `WSPOOL_ESPAWN`.
     pub stack_size: usize,
+    /// Added in 0.1 after the second layout: every thread of the pool (workers, threads lent to
+    /// blocking regions, the monitor) runs this many steps nicer than the thread that creates the
+    /// pool, at most 19; 0 = the same (default). For a pool sharing its cores with an event loop:
+    /// the loop then preempts CPU-bound tasks on each wake-up. Linux only (nice is per thread
+    /// there); elsewhere accepted and ignored. Above 19 is `WSPOOL_EINVAL`.
+    pub thread_nice: u32,
 }
 
 /// Size of the first published `wspool_config` layout (up to and including `hook_ctx`):
@@ -85,12 +91,14 @@ pub const WSPOOL_CONFIG_MIN_SIZE: usize = 72;
 const _: () = assert!(offset_of!(wspool_config, hook_ctx) + size_of::<*mut c_void>() == WSPOOL_CONFIG_MIN_SIZE);
 
 /// The end of each published `wspool_config` layout, oldest first.
-const CONFIG_LAYOUTS: [usize; 3] = [
+const CONFIG_LAYOUTS: [usize; 4] = [
     WSPOOL_CONFIG_MIN_SIZE,
     offset_of!(wspool_config, block_timeout_ms) + size_of::<u32>(),
     offset_of!(wspool_config, stack_size) + size_of::<usize>(),
+    offset_of!(wspool_config, thread_nice) + size_of::<u32>(),
 ];
-const _: () = assert!(CONFIG_LAYOUTS[2] == size_of::<wspool_config>());
+// The last layout ends at the struct's end, bar its trailing padding.
+const _: () = assert!(size_of::<wspool_config>() - CONFIG_LAYOUTS[3] < align_of::<wspool_config>());
 
 /// The smallest non-zero `stack_size` accepted (64 KiB): less leaves a task
 /// too little room once the thread's own frames are on it.
@@ -112,6 +120,7 @@ fn default_config() -> wspool_config {
         hook_ctx: ptr::null_mut(),
         block_timeout_ms: 0,
         stack_size: 0,
+        thread_nice: 0,
     }
 }
 
@@ -183,7 +192,8 @@ pub(crate) fn builder_from(c: &wspool_config) -> Res<wspool_core::Builder> {
         .min_threads(c.min_threads as usize)
         .max_threads(c.max_threads as usize)
         .queue_capacity(c.queue_capacity as usize)
-        .spin_max_us(c.spin_max_us);
+        .spin_max_us(c.spin_max_us)
+        .thread_nice(c.thread_nice);
     b = b.growth(match c.growth {
         WSPOOL_GROWTH_ADAPTIVE => Growth::Adaptive,
         WSPOOL_GROWTH_SCALE_FIRST => Growth::ScaleFirst,

@@ -1,13 +1,16 @@
 /* Lifecycle and soundness of the C API (issue 9, items 6-8): a refused thread
  * is WSPOOL_ESPAWN, racing cancellers get one OK after on_cancel returned,
  * every submission kind takes the same options (serial and group tasks with
- * on_cancel and a handle), stack_size. (Shutdown races: test_shutdown.c.)
+ * on_cancel and a handle), stack_size, thread_nice. (Shutdown races:
+ * test_shutdown.c.)
  * Run by `make test-c` plain, under ASan+UBSan, under TSan and under
  * valgrind; arguments select tests by substring (tests that fork carry "fork"
  * in their name). */
 #include "harness.h"
 
+#include <errno.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 /* ------------------------------------------------------- ESPAWN (6) ----- */
@@ -140,6 +143,58 @@ static void test_stack_size(void) {
     CHECK_EQ(old->struct_size, old_size);
     old->min_threads = 2;
     if (!getenv("RUST_MIN_STACK")) check_near(worker_stack(old), 2L << 20);
+    free(old);
+}
+
+/* -------------------------------------------------------- thread_nice --- */
+
+static atomic_int seen_nice;
+static void task_nice(void *arg) {
+    (void)arg;
+    errno = 0;
+    int n = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    atomic_store(&seen_nice, errno ? -100 : n);
+}
+
+/* The nice value a worker of a pool created from `cfg` runs its tasks at. */
+static int worker_nice(wspool_config *cfg) {
+    wspool *p = NULL;
+    OK(wspool_create(cfg, &p));
+    if (!p) return -100;
+    atomic_store(&seen_nice, -100);
+    wspool_task *t = NULL;
+    OK(wspool_submit_ex(p, task_nice, NULL, NULL, &t));
+    OK(wspool_task_wait(t, HANG_MS));
+    wspool_task_release(t);
+    wspool_destroy(p);
+    return atomic_load(&seen_nice);
+}
+
+static void test_thread_nice(void) {
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    CHECK_EQ(errno, 0);
+    wspool_config cfg;
+    wspool_config_init(&cfg);
+    CHECK_EQ(cfg.thread_nice, 0);
+    cfg.min_threads = 2;
+    CHECK_EQ(worker_nice(&cfg), base);
+    cfg.thread_nice = 3;
+    CHECK_EQ(worker_nice(&cfg), base + 3 > 19 ? 19 : base + 3);
+
+    wspool *p = (wspool *)&p;
+    cfg.thread_nice = 20;
+    CHECK_EQ(wspool_create(&cfg, &p), WSPOOL_EINVAL);
+    CHECK(p == NULL);
+    CHECK(last_error_mentions("thread_nice"));
+
+    /* a caller built before thread_nice (its struct ends at stack_size), in
+       an exactly-sized heap block: thread_nice is never read */
+    size_t old_size = offsetof(wspool_config, stack_size) + sizeof(size_t);
+    wspool_config *old = malloc(old_size);
+    OK(wspool_config_init_sized(old, old_size));
+    old->min_threads = 2;
+    CHECK_EQ(worker_nice(old), base);
     free(old);
 }
 
@@ -400,6 +455,7 @@ int main(int argc, char **argv) {
         {"espawn_stack_too_big", test_espawn_stack_too_big},
         {"espawn_fork_rlimit_nproc", test_espawn_fork_rlimit_nproc},
         {"stack_size", test_stack_size},
+        {"thread_nice", test_thread_nice},
         {"cancel_race_one_ok", test_cancel_race_one_ok},
         {"submit_opts_serial_and_group", test_submit_opts_serial_and_group},
         {"cancel_shutdown_serial_and_group", test_cancel_shutdown_serial_and_group},

@@ -217,23 +217,26 @@ def test_overload_sheds_with_503(path):
 
 
 def test_worker_nice(path):
-    """--worker-nice 5: every pool thread runs 5 nicer than the loop thread
-    (per-thread nice, Linux)."""
-    s = Server(path, "--threads", "2", "--worker-nice", "5")
-    try:
-        assert curl(s.url + "/work?n=1000")[0] == 200  # the pool's threads exist and ran
-        nices = {}
-        for tid in os.listdir(f"/proc/{s.p.pid}/task"):
-            with open(f"/proc/{s.p.pid}/task/{tid}/stat") as f:
-                st = f.read()
-            comm = st[st.index("(") + 1:st.rindex(")")]
-            nices[(comm, tid)] = int(st.rsplit(")", 1)[1].split()[16])
-        workers = {k: v for k, v in nices.items() if re.fullmatch(r"http-\d+", k[0])}
-        loop = nices[(os.path.basename(path)[:15], str(s.p.pid))]
-        assert loop == os.getpriority(os.PRIO_PROCESS, 0), nices
-        assert len(workers) >= 2 and set(workers.values()) == {min(loop + 5, 19)}, nices
-    finally:
-        s.stop()
+    """The pool's thread_nice: every pool thread (workers, the monitor) runs
+    19 nicer than the loop thread by default, `--worker-nice N` N nicer
+    (per-thread nice, Linux; capped at 19)."""
+    for args, steps in (([], 19), (["--worker-nice", "5"], 5), (["--worker-nice", "0"], 0)):
+        s = Server(path, "--threads", "2", *args)
+        try:
+            assert curl(s.url + "/work?n=1000")[0] == 200  # the pool's threads exist and ran
+            nices = {}
+            for tid in os.listdir(f"/proc/{s.p.pid}/task"):
+                with open(f"/proc/{s.p.pid}/task/{tid}/stat") as f:
+                    st = f.read()
+                comm = st[st.index("(") + 1:st.rindex(")")]
+                nices[(comm, tid)] = int(st.rsplit(")", 1)[1].split()[16])
+            pool = {k: v for k, v in nices.items() if re.fullmatch(r"http-(\d+|monitor)", k[0])}
+            loop = nices[(os.path.basename(path)[:15], str(s.p.pid))]
+            assert loop == os.getpriority(os.PRIO_PROCESS, 0), nices
+            assert len(pool) >= 3, nices
+            assert set(pool.values()) == {min(loop + steps, 19)}, (args, nices)
+        finally:
+            s.stop()
 
 
 TESTS = {

@@ -5,6 +5,8 @@ serial queues, configuration errors, and GIL release."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
+import sys
 import threading
 from typing import Any
 
@@ -45,6 +47,9 @@ C_STATS_FIELDS = [
         ({"growth": "queue_first"}, ValueError),  # queue_first needs a queue_capacity
         ({"name": "a\0b"}, ValueError),
         ({"spin_max_us": -1}, ValueError),
+        ({"thread_nice": 20}, ValueError),
+        ({"thread_nice": -1}, ValueError),
+        ({"thread_nice": 1.0}, TypeError),
         ({"max_workers": 2, "min_threads": 2}, TypeError),
         ({"initargs": [1]}, TypeError),
     ],
@@ -62,6 +67,18 @@ def test_good_configuration_works() -> None:
         assert p.submit(sum, [1, 2, 3]).result(timeout=EVENTUALLY) == 6
         assert p.name == "cfg"
         assert "cfg" in repr(p)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="nice is per thread on Linux only")
+def test_thread_nice_lowers_the_pools_threads() -> None:
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = own_nice()
+    with wspool.Pool(max_workers=2, thread_nice=4) as p:
+        assert p.submit(own_nice).result(timeout=EVENTUALLY) == min(base + 4, 19)
+    with wspool.Pool(max_workers=2) as p:
+        assert p.submit(own_nice).result(timeout=EVENTUALLY) == base
 
 
 # -- waits inside tasks ---------------------------------------------------------

@@ -177,7 +177,7 @@ impl Core {
 #[pymethods]
 impl Core {
     #[new]
-    #[pyo3(signature = (*, future_cls, name, min_threads, max_threads, queue_capacity, growth, reject, keep_alive, spin_max_us=None, worker_init=None, stack_size=None))]
+    #[pyo3(signature = (*, future_cls, name, min_threads, max_threads, queue_capacity, growth, reject, keep_alive, spin_max_us=None, worker_init=None, stack_size=None, thread_nice=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -192,6 +192,7 @@ impl Core {
         spin_max_us: Option<u32>,
         worker_init: Option<Py<PyAny>>,
         stack_size: Option<usize>,
+        thread_nice: u32,
     ) -> PyResult<Self> {
         let growth = parse_growth(growth)?;
         let reject = parse_reject(reject)?;
@@ -221,6 +222,7 @@ impl Core {
             // pool's workers keep a core busy, so threads queued on the GIL
             // do not read as starvation.
             .cpu_parallelism(1)
+            .thread_nice(thread_nice)
             .on_thread_start(move |_| WORKER_OF.set(id))
             .on_thread_stop(|_| release_thread_state());
         if let Some(us) = spin_max_us {

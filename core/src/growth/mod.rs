@@ -77,6 +77,7 @@ impl Registry {
             let queues = lock(&carried).take();
             drop(carried);
             if let Some(queues) = queues {
+                crate::priority::set_this_thread(registry.config.nice_target);
                 // Before any task: the monitor reads this clock only then.
                 let counters = &registry.slots[index].counters;
                 counters.tid.store(sample::current_tid(), Relaxed);

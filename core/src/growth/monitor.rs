@@ -104,9 +104,11 @@ impl Monitor {
             hint: config.monitor_hint && sample::hint_available(),
         };
         let weak = Arc::downgrade(registry);
-        let handle = std::thread::Builder::new()
-            .name(format!("{}-monitor", config.name))
-            .spawn(move || monitor_loop(weak, params))?;
+        let nice = config.nice_target;
+        let handle = std::thread::Builder::new().name(format!("{}-monitor", config.name)).spawn(move || {
+            crate::priority::set_this_thread(nice);
+            monitor_loop(weak, params)
+        })?;
         *lock(&registry.monitor.handle) = Some(handle);
         Ok(())
     }

@@ -187,6 +187,9 @@ class Pool(ThreadPoolExecutor):
     - ``spin_max_us``: debounce spin cap in microseconds (0 disables spinning).
     - ``stack_size``: worker stack in bytes (default: ``threading.stack_size()``
       if set, else what a ``threading.Thread`` gets).
+    - ``thread_nice``: the pool's threads run this many steps (0-19) nicer
+      than the thread that creates the pool, so an event loop sharing the
+      cores preempts them (Linux; elsewhere ignored). Default 0.
 
     Bad values raise ``ValueError`` or ``TypeError``.
     """
@@ -207,6 +210,7 @@ class Pool(ThreadPoolExecutor):
         name: str | None = None,
         spin_max_us: int | None = None,
         stack_size: int | None = None,
+        thread_nice: int = 0,
     ) -> None:
         # ThreadPoolExecutor.__init__ is not called: it would build the
         # thread-per-task machinery this class replaces.
@@ -227,6 +231,9 @@ class Pool(ThreadPoolExecutor):
         _count("queue_capacity", queue_capacity)
         if spin_max_us is not None:
             _count("spin_max_us", spin_max_us)
+        _count("thread_nice", thread_nice)
+        if thread_nice > 19:
+            raise ValueError(f"thread_nice must be between 0 and 19, not {thread_nice}")
         _choice("reject", reject, _REJECT)
         if isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float)):
             raise TypeError(f"keep_alive must be a number of seconds, not {type(keep_alive).__name__}")
@@ -262,6 +269,7 @@ class Pool(ThreadPoolExecutor):
             spin_max_us=spin_max_us,
             worker_init=_make_worker_init(prefix, initializer, initargs),
             stack_size=stack,
+            thread_nice=thread_nice,
         )
         # One completion queue per asyncio loop that awaits `run` (see `run`).
         self._cqs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _wspool.Completions] = (
