@@ -13,7 +13,9 @@
    uv_queue_work.
 3. Overload: /work?n=N with N sized to ~1 ms, open loop at ~2x the capacity
    of 2 threads, on http_libuv with the default 5 ms target / 5 ms interval:
-   served p99 vs 3x the target, and how fast the excess gets its 503.
+   served p99 vs 3x the target, and how fast the excess gets its 503; the
+   servers run the pool 19 nicer than the loop by default (thread_nice),
+   rows with --worker-nice 0 show the loop at the pool's priority.
 
 Servers take turns round by round (not all rounds of one, then the next),
 so a burst of load from others lands on all of them alike. Every table also
@@ -124,7 +126,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--only", default="mix,cpu,overload", help="sections to run, comma-separated")
-    ap.add_argument("--nice", default="5", help="--worker-nice values for the overload rows, comma-separated")
+    ap.add_argument("--nice", default="0", help="other --worker-nice values for overload rows (the servers' default is 19)")
     ap.add_argument("--variant", action="append", default=[],
                     help="extra server arguments for another row of each wspool server in every section")
     a = ap.parse_args()
@@ -201,7 +203,8 @@ def main():
         print("| server | served/s | shed (503)/s | served p50 (ms) | served p99 (ms) | 503 p50 (ms) | 503 p99 (ms) "
               "| overload trips | lost | others (cores) |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        # The same with the pool's threads at nice 5: the 503 tail is the loop
+        # The same with the pool's threads at the loop's priority (the
+        # servers run them 19 nicer by default): the 503 tail is the loop
         # thread waiting for a CPU behind its own CPU-bound workers.
         overload_servers = servers[:2] + [(n + f" (--worker-nice {k})", b, ["--worker-nice", k], e)
                                           for k in a.nice.split(",") if k for n, b, _, e in servers[:2]] + variants
