@@ -117,8 +117,8 @@ impl Monitor {
     #[inline]
     pub(crate) fn kick(&self) {
         if self.idle.load(SeqCst) {
-            let mut st = lock(&self.state);
-            st.kicked = true;
+            // Signalled after unlocking, as `Parker::unpark` does.
+            lock(&self.state).kicked = true;
             self.cv.notify_one();
         }
     }
