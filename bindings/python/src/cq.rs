@@ -6,26 +6,33 @@
 //! resolves every finished future on the loop's thread: one loop wake-up per
 //! batch of completions, not one `call_soon_threadsafe` per future.
 //!
-//! An await at a time (nothing else in flight on the queue) takes a shorter
-//! path, measured on a 2-core VM where a sequential await cost ~36 µs, of
-//! which ~14 µs went into the system call that wakes an idle worker and
-//! ~12 µs into that worker sleeping on the GIL the loop still held:
+//! An await at a time (nothing else in flight on the queue) of a quick call
+//! takes a shorter path. Measured on the 2-core VM, such an await cost ~36
+//! µs, of which ~14 µs went into the system call that wakes an idle worker
+//! and ~12 µs into that worker sleeping on the GIL the loop still held:
 //!
 //! - `submit` hands the call to the pool with the GIL released, so the
 //!   worker it wakes runs the call at once instead of waiting for the GIL
 //!   until the loop next goes idle;
 //! - it then waits for the call's Python part to return, GIL still released,
-//!   for at most the spin limit (`wait::yield_until`, learnt: calls that
-//!   take longer turn it off), and resolves the future itself: the task
-//!   goes on without the loop sleeping in its selector and being woken
-//!   through the fd. A call not back by then comes through the fd as usual.
+//!   for at most the spin limit (`wait::yield_until`), and resolves the
+//!   future itself: the task goes on without the loop sleeping in its
+//!   selector and being woken through the fd. A call not back by then comes
+//!   through the fd as usual.
 //!
-//! So such an await returns without a trip through the loop, as asyncio's
-//! own awaits of something already available do; one in `FAST_STREAK` in a
-//! row still yields to the loop (the Python side's `sleep(0)`), so a loop of
-//! quick calls cannot starve other tasks and I/O. With other calls in flight
-//! `submit` keeps the GIL and leaves every completion to the fd: a burst is
-//! submitted without a GIL hand-off per call and drained as one batch.
+//! Whether calls are quick is learnt from these waits
+//! (`wait::loop_wait_worthwhile`: more than 4 misses in the last 16 turn
+//! them off, one submission in 32 still tries). Without a wait `submit`
+//! keeps the GIL: released, it would go to the worker at once, and the loop
+//! would wait to get it back, up to the interpreter's switch interval (5 ms)
+//! behind a Python-heavy call.
+//!
+//! Such an await returns without a trip through the loop, as asyncio's own
+//! awaits of something already available do; one in `FAST_STREAK` in a row
+//! still yields to the loop (the Python side's `sleep(0)`), so a loop of
+//! quick calls cannot starve other tasks and I/O. With other calls in
+//! flight every completion is left to the fd: a burst is submitted without
+//! a GIL hand-off per call and drained as one batch.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -39,7 +46,7 @@ use wspool::{CloseMode, CompletionQueue, CqEvent, CqOptions, CqStatus};
 
 use crate::fork::check_gen;
 use crate::pool::{Core, Owner};
-use crate::wait::yield_until;
+use crate::wait::{loop_wait_worthwhile, yield_until};
 
 /// One `run` call: its asyncio future, the call, and (once run) its outcome.
 struct Item {
@@ -108,7 +115,11 @@ impl Completions {
     fn submit(&self, py: Python<'_>, future: Py<PyAny>, fn_: Py<PyAny>, args: Py<PyTuple>) -> PyResult<bool> {
         let shared = self.owner.shared.clone();
         check_gen(shared.gen_)?;
+        // Waiting pays for quick calls only; for the others, submitting
+        // without the GIL would only hand it to the worker at once and have
+        // the loop wait to get it back (up to the switch interval, 5 ms).
         let alone = self.cq.pending() == 0;
+        let wait = alone && loop_wait_worthwhile();
         let before = self.finished.load(Acquire);
         let finished = self.finished.clone();
         let item = Item { future, func: fn_, args, result: None };
@@ -123,12 +134,14 @@ impl Completions {
         let over = || self.finished.load(Acquire) != before;
         // A pool with reject="block" may wait for room: never with the GIL
         // its workers need to make some.
-        let quick = if alone || self.owner.shared.submit_may_block {
-            py.detach(|| submit().map(|()| alone && (over() || yield_until(&over))))
+        let quick = if wait || self.owner.shared.submit_may_block {
+            py.detach(|| submit().map(|()| wait && yield_until(&over)))
         } else {
             submit().map(|()| false)
         };
-        let quick = quick.map_err(|e| PyRuntimeError::new_err(format!("cannot schedule the call: {:?}", e.kind)))?;
+        let quick = quick.map_err(|e| PyRuntimeError::new_err(format!("cannot schedule the call: {:?}", e.kind)))?
+            // Run inside `submit` (reject="caller_runs") without a wait.
+            || (alone && over());
         // The completion is queued just after `finished` moves: if this drain
         // comes first, it is left to the fd.
         if quick && self.drain(py)? > 0 && self.cq.pending() == 0 {

@@ -190,18 +190,20 @@ fn spin_until(probe: &(dyn Fn() -> bool + Sync), left: Option<Duration>) -> bool
     hit
 }
 
+/// Whether an asyncio loop should wait for the call it is about to submit
+/// (`yield_until`): learnt apart from `spin_until`'s waits.
+pub(crate) fn loop_wait_worthwhile() -> bool {
+    !spin_limit().is_zero() && LOOP_SPINS.worthwhile()
+}
+
 /// An asyncio loop's wait (GIL released by the caller) for the call it just
-/// handed to the pool, up to the spin limit, learnt apart from `spin_until`.
-/// It gives its CPU away between looks instead of spinning: the worker it
-/// woke is often queued on this very CPU (measured on a 2-core VM: a pure
-/// spin caught no call at all, this catches nearly all short ones), and
-/// where nothing else wants the CPU the yield returns at once.
+/// handed to the pool, up to the spin limit. It gives its CPU away between
+/// looks instead of spinning: the worker it woke is often queued on this
+/// very CPU (measured on a 2-core VM: a pure spin caught no call at all,
+/// this catches nearly all short ones), and where nothing else wants the
+/// CPU the yield returns at once.
 pub(crate) fn yield_until(probe: &(dyn Fn() -> bool + Sync)) -> bool {
-    let limit = spin_limit();
-    if limit.is_zero() || !LOOP_SPINS.worthwhile() {
-        return false;
-    }
-    let hit = look_until(probe, limit, std::thread::yield_now);
+    let hit = probe() || look_until(probe, spin_limit(), std::thread::yield_now);
     LOOP_SPINS.record(hit);
     hit
 }
