@@ -20,12 +20,13 @@
 //!   selector and being woken through the fd. A call not back by then comes
 //!   through the fd as usual.
 //!
-//! Whether calls are quick is learnt from these waits
-//! (`wait::loop_wait_worthwhile`: more than 4 misses in the last 16 turn
-//! them off, one submission in 32 still tries). Without a wait `submit`
-//! keeps the GIL: released, it would go to the worker at once, and the loop
-//! would wait to get it back, up to the interpreter's switch interval (5 ms)
-//! behind a Python-heavy call.
+//! Whether calls are quick is learnt (`wait::loop_wait_worthwhile`: more
+//! than 4 misses among the last 16 turn the wait off) from the waits and,
+//! while the wait is off, from how long each call submitted alone took to
+//! come back (`wait::loop_learn`), so no call is waited for just to find
+//! out. Without a wait `submit` keeps the GIL: released, it would go to the
+//! worker at once, and the loop would wait to get it back, up to the
+//! interpreter's switch interval (5 ms) behind a Python-heavy call.
 //!
 //! Such an await returns without a trip through the loop, as asyncio's own
 //! awaits of something already available do; one in `FAST_STREAK` in a row
@@ -37,6 +38,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
@@ -46,7 +48,7 @@ use wspool::{CloseMode, CompletionQueue, CqEvent, CqOptions, CqStatus};
 
 use crate::fork::check_gen;
 use crate::pool::{Core, Owner};
-use crate::wait::{loop_wait_worthwhile, yield_until};
+use crate::wait::{loop_learn, loop_wait_worthwhile, yield_until};
 
 /// One `run` call: its asyncio future, the call, and (once run) its outcome.
 struct Item {
@@ -54,6 +56,11 @@ struct Item {
     func: Py<PyAny>,
     args: Py<PyTuple>,
     result: Option<PyResult<Py<PyAny>>>,
+    /// Set for a call submitted alone without a wait: when it was
+    /// submitted, and (once run) how long its Python part took from there,
+    /// for the loop's learner (`wait::loop_learn`).
+    learn: Option<Instant>,
+    took: Option<Duration>,
 }
 
 /// A completion queue for one asyncio loop (use `wspool.Pool.run`).
@@ -122,14 +129,19 @@ impl Completions {
         let wait = alone && loop_wait_worthwhile();
         let before = self.finished.load(Acquire);
         let finished = self.finished.clone();
-        let item = Item { future, func: fn_, args, result: None };
+        let learn = (alone && !wait).then(Instant::now);
+        let item = Item { future, func: fn_, args, result: None, learn, took: None };
         let submit = move || {
-            self.cq.submit(item, move |it| {
-                shared.run_python(|py| {
-                    it.result = Some(it.func.bind(py).call1(it.args.bind(py)).map(Bound::unbind));
-                });
-                finished.fetch_add(1, Release);
-            })
+            self.cq
+                .submit(item, move |it| {
+                    shared.run_python(|py| {
+                        it.result = Some(it.func.bind(py).call1(it.args.bind(py)).map(Bound::unbind));
+                    });
+                    it.took = it.learn.map(|t| t.elapsed());
+                    finished.fetch_add(1, Release);
+                })
+                // Boxed: a refused item comes back to be dropped with the GIL.
+                .map_err(Box::new)
         };
         let over = || self.finished.load(Acquire) != before;
         // A pool with reject="block" may wait for room: never with the GIL
@@ -156,10 +168,13 @@ impl Completions {
     fn drain(&self, py: Python<'_>) -> PyResult<usize> {
         let mut first_err = None;
         let n = self.cq.drain(usize::MAX, |e| {
-            if let CqEvent::Done(it, status) = e
-                && let Err(err) = resolve(py, it, status)
-            {
-                first_err.get_or_insert(err);
+            if let CqEvent::Done(it, status) = e {
+                if let Some(took) = it.took {
+                    loop_learn(took);
+                }
+                if let Err(err) = resolve(py, it, status) {
+                    first_err.get_or_insert(err);
+                }
             }
         });
         match first_err {

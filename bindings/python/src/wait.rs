@@ -99,21 +99,24 @@ fn spin_limit() -> Duration {
 /// the outcomes of the last 16 spins (1 = the task finished while we spun).
 /// A spin only pays when the awaited worker runs on another CPU at the same
 /// time; when both share one (a loaded machine), spinning just delays it.
-/// So more than four misses among the last 16 turn spinning off; then one
-/// wait in 32 still spins, to notice when spinning would pay again.
+/// So more than four misses among the last 16 turn spinning off. Then a
+/// learner that only hears of its own spins (`probe_every`) still spins one
+/// wait in 32, to notice when spinning would pay again; the asyncio loop's
+/// learner hears of every call instead (`loop_learn`) and never probes.
 struct SpinLearner {
     ring: AtomicU32,
     tries: AtomicU32,
+    probe_every: u32,
 }
 
 impl SpinLearner {
-    const fn new() -> SpinLearner {
-        SpinLearner { ring: AtomicU32::new(u32::MAX), tries: AtomicU32::new(0) }
+    const fn new(probe_every: u32) -> SpinLearner {
+        SpinLearner { ring: AtomicU32::new(u32::MAX), tries: AtomicU32::new(0), probe_every }
     }
 
     fn worthwhile(&self) -> bool {
         (!self.ring.load(Ordering::Relaxed) & 0xffff).count_ones() <= 4
-            || self.tries.fetch_add(1, Ordering::Relaxed).is_multiple_of(32)
+            || (self.probe_every != 0 && self.tries.fetch_add(1, Ordering::Relaxed).is_multiple_of(self.probe_every))
     }
 
     fn record(&self, hit: bool) {
@@ -125,9 +128,9 @@ impl SpinLearner {
 }
 
 /// Threads waiting on a task (`Future.result()` and the like).
-static WAIT_SPINS: SpinLearner = SpinLearner::new();
+static WAIT_SPINS: SpinLearner = SpinLearner::new(32);
 /// asyncio loops waiting for the call they just submitted (`yield_until`).
-static LOOP_SPINS: SpinLearner = SpinLearner::new();
+static LOOP_SPINS: SpinLearner = SpinLearner::new(0);
 
 /// GIL hand-off debounce. A worker picks up a freshly submitted task in
 /// about a microsecond, while the submitting thread still holds the GIL on
@@ -191,9 +194,18 @@ fn spin_until(probe: &(dyn Fn() -> bool + Sync), left: Option<Duration>) -> bool
 }
 
 /// Whether an asyncio loop should wait for the call it is about to submit
-/// (`yield_until`): learnt apart from `spin_until`'s waits.
+/// (`yield_until`): whether the recent calls it could have waited for were
+/// over within the spin limit.
 pub(crate) fn loop_wait_worthwhile() -> bool {
     !spin_limit().is_zero() && LOOP_SPINS.worthwhile()
+}
+
+/// Tells the loop's learner how long a call it did not wait for took, from
+/// its submission to the end of its Python part. Unlike a probe (a wait
+/// that may miss), this costs nothing: a long call submitted while waiting
+/// is off is not waited for, and the loop does not hand it the GIL.
+pub(crate) fn loop_learn(took: Duration) {
+    LOOP_SPINS.record(took < spin_limit());
 }
 
 /// An asyncio loop's wait (GIL released by the caller) for the call it just
