@@ -88,7 +88,7 @@ $(EMBED_TBIN)/httpload: tests/embed/httpload.c
 	@mkdir -p $(EMBED_TBIN)
 	$(EMBED_CC) -std=gnu11 -O2 -Wall -Wextra -Werror $< -o $@
 
-# Medians of 5 rounds (asyncio: 3); the figures in docs/embedding.md come from this.
+# Medians of 5 rounds; the figures in docs/embedding.md come from this.
 bench-embed: embed $(EMBED_TBIN)/httpload python-install
 	$(PYTHON) tests/embed/bench.py --bin $(EMBED_BIN) --load $(EMBED_TBIN)/httpload --rounds 5 --seconds 3
-	$(PY) tests/embed/bench_asyncio.py --rounds 3
+	$(PY) tests/embed/bench_asyncio.py --rounds 5

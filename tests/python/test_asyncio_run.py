@@ -45,13 +45,18 @@ def test_one_reader_per_loop_and_one_drain_per_batch() -> None:
     async def main() -> None:
         with wspool.Pool(max_workers=2) as pool:
             finished: list[int] = []
+            gate = threading.Event()
 
             def work(i: int) -> int:
+                # Held until all 50 are in: the first, alone on the queue,
+                # would otherwise be resolved by its own submit.
+                gate.wait(EVENTUALLY)
                 finished.append(i)
                 return i
 
             tasks = [asyncio.ensure_future(pool.run(work, i)) for i in range(50)]
             await asyncio.sleep(0)  # every task submits its call
+            gate.set()
             assert len(pool._cqs) == 1
             cq = pool._cqs[asyncio.get_running_loop()]
             # Block the loop (no await) while the pool finishes all 50 calls.
@@ -96,5 +101,92 @@ def test_shutdown_cancel_cancels_pending_awaits() -> None:
         stopper.join(EVENTUALLY)
         assert all(isinstance(d, asyncio.CancelledError) or d == 1 for d in done)
         assert any(isinstance(d, asyncio.CancelledError) for d in done)
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+async def _ticker(ticks: list[int], stop: asyncio.Event) -> None:
+    """Counts its turns on the loop: one per loop iteration while others wait."""
+    while not stop.is_set():
+        ticks[0] += 1
+        await asyncio.sleep(0)
+
+
+def test_sequential_awaits_return_results_and_raise_in_order() -> None:
+    # An await at a time: the path where submit may resolve the future itself.
+    def work(i: int) -> int:
+        if i % 3 == 0:
+            raise ValueError(i)
+        return i * 2
+
+    async def main() -> None:
+        with wspool.Pool(max_workers=2) as pool:
+            for i in range(600):
+                if i % 3 == 0:
+                    with pytest.raises(ValueError) as err:
+                        await pool.run(work, i)
+                    assert err.value.args == (i,)
+                else:
+                    assert await pool.run(work, i) == i * 2
+            assert pool._cqs[asyncio.get_running_loop()].pending() == 0
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_quick_awaits_still_yield_to_the_loop() -> None:
+    # However many awaits resolve without the fd, one in 16 in a row yields:
+    # a task that only ever awaits quick calls does not starve the others.
+    async def main() -> None:
+        ticks, stop = [0], asyncio.Event()
+        with wspool.Pool(max_workers=2) as pool:
+            ticker = asyncio.ensure_future(_ticker(ticks, stop))
+            await asyncio.sleep(0)
+            before = ticks[0]
+            for _ in range(320):
+                await pool.run(int)
+            assert ticks[0] - before >= 320 // 16
+            stop.set()
+            await ticker
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_a_call_over_before_submit_returns_is_resolved_without_the_loop() -> None:
+    # reject="caller_runs" with a full queue runs the call on the loop's own
+    # thread, inside submit: it is over before submit returns, every time.
+    async def main() -> None:
+        ticks, stop = [0], asyncio.Event()
+        gate = threading.Event()
+        with wspool.Pool(max_workers=1, queue_capacity=1, reject="caller_runs") as pool:
+            busy = pool.submit(gate.wait, EVENTUALLY)
+            deadline = time.monotonic() + EVENTUALLY
+            while pool.stats().queued:  # the worker has taken `busy`
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            queued = pool.submit(int)  # fills the queue
+            ticker = asyncio.ensure_future(_ticker(ticks, stop))
+            await asyncio.sleep(0)
+            for _ in range(5):
+                before = ticks[0]
+                assert await pool.run(threading.get_ident) == threading.get_ident()
+                assert ticks[0] == before, "resolved by submit: no trip through the loop"
+            with pytest.raises(ZeroDivisionError):
+                await pool.run(lambda: 1 / 0)
+            gate.set()
+            assert busy.result(EVENTUALLY) is True
+            assert queued.result(EVENTUALLY) == 0
+            stop.set()
+            await ticker
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_a_blocking_reject_policy_does_not_hold_the_gil_while_it_waits() -> None:
+    # reject="block": a full queue makes submit wait for room, which the
+    # worker makes only by running Python calls.
+    async def main() -> None:
+        with wspool.Pool(max_workers=1, queue_capacity=1, reject="block") as pool:
+            results = await asyncio.gather(*(pool.run(lambda i=i: time.sleep(0.002) or i) for i in range(8)))
+            assert results == list(range(8))
 
     asyncio.run(asyncio.wait_for(main(), EVENTUALLY))

@@ -3,7 +3,9 @@
 //! Off the pool a waiter first spins briefly (a round trip to a spinning
 //! worker is a few microseconds; parking costs tens), then parks in slices
 //! and checks for signals between them. Workers debounce the GIL hand-off
-//! (`handoff_debounce`). This spin-while-waiting logic is binding-local; it
+//! (`handoff_debounce`). An asyncio loop that just submitted a call waits
+//! for it the same way for as long, yielding its CPU between looks
+//! (`yield_until`). This spin-while-waiting logic is binding-local; it
 //! could move into the core's `TaskHandle` wait.
 
 use std::sync::OnceLock;
@@ -97,22 +99,38 @@ fn spin_limit() -> Duration {
 /// the outcomes of the last 16 spins (1 = the task finished while we spun).
 /// A spin only pays when the awaited worker runs on another CPU at the same
 /// time; when both share one (a loaded machine), spinning just delays it.
-/// So more than four misses among the last 16 turn spinning off; then one
-/// wait in 32 still spins, to notice when spinning would pay again.
-static SPIN_RING: AtomicU32 = AtomicU32::new(u32::MAX);
-static SPIN_TRIES: AtomicU32 = AtomicU32::new(0);
-
-fn spin_worthwhile() -> bool {
-    (!SPIN_RING.load(Ordering::Relaxed) & 0xffff).count_ones() <= 4
-        || SPIN_TRIES.fetch_add(1, Ordering::Relaxed).is_multiple_of(32)
+/// So more than four misses among the last 16 turn spinning off. Then a
+/// learner that only hears of its own spins (`probe_every`) still spins one
+/// wait in 32, to notice when spinning would pay again; the asyncio loop's
+/// learner hears of every call instead (`loop_learn`) and never probes.
+struct SpinLearner {
+    ring: AtomicU32,
+    tries: AtomicU32,
+    probe_every: u32,
 }
 
-fn record_spin(hit: bool) {
-    // Racy read-modify-write on purpose: an occasional lost update only
-    // nudges a heuristic.
-    let ring = SPIN_RING.load(Ordering::Relaxed);
-    SPIN_RING.store((ring << 1) | u32::from(hit), Ordering::Relaxed);
+impl SpinLearner {
+    const fn new(probe_every: u32) -> SpinLearner {
+        SpinLearner { ring: AtomicU32::new(u32::MAX), tries: AtomicU32::new(0), probe_every }
+    }
+
+    fn worthwhile(&self) -> bool {
+        (!self.ring.load(Ordering::Relaxed) & 0xffff).count_ones() <= 4
+            || (self.probe_every != 0 && self.tries.fetch_add(1, Ordering::Relaxed).is_multiple_of(self.probe_every))
+    }
+
+    fn record(&self, hit: bool) {
+        // Racy read-modify-write on purpose: an occasional lost update only
+        // nudges a heuristic.
+        let ring = self.ring.load(Ordering::Relaxed);
+        self.ring.store((ring << 1) | u32::from(hit), Ordering::Relaxed);
+    }
 }
+
+/// Threads waiting on a task (`Future.result()` and the like).
+static WAIT_SPINS: SpinLearner = SpinLearner::new(32);
+/// asyncio loops waiting for the call they just submitted (`yield_until`).
+static LOOP_SPINS: SpinLearner = SpinLearner::new(0);
 
 /// GIL hand-off debounce. A worker picks up a freshly submitted task in
 /// about a microsecond, while the submitting thread still holds the GIL on
@@ -163,20 +181,49 @@ pub(crate) fn current_cpu() -> i32 {
 /// Spins (GIL released by the caller) until `probe()` or the spin limit.
 fn spin_until(probe: &(dyn Fn() -> bool + Sync), left: Option<Duration>) -> bool {
     let limit = left.map_or(spin_limit(), |l| l.min(spin_limit()));
-    if limit.is_zero() || !spin_worthwhile() {
+    if limit.is_zero() || !WAIT_SPINS.worthwhile() {
         return false;
     }
-    let hit = spin_for(probe, limit);
-    record_spin(hit);
-    hit
-}
-
-fn spin_for(probe: &(dyn Fn() -> bool + Sync), limit: Duration) -> bool {
-    let start = Instant::now();
-    loop {
+    let hit = look_until(probe, limit, || {
         for _ in 0..32 {
             std::hint::spin_loop();
         }
+    });
+    WAIT_SPINS.record(hit);
+    hit
+}
+
+/// Whether an asyncio loop should wait for the call it is about to submit
+/// (`yield_until`): whether the recent calls it could have waited for were
+/// over within the spin limit.
+pub(crate) fn loop_wait_worthwhile() -> bool {
+    !spin_limit().is_zero() && LOOP_SPINS.worthwhile()
+}
+
+/// Tells the loop's learner how long a call it did not wait for took, from
+/// its submission to the end of its Python part. Unlike a probe (a wait
+/// that may miss), this costs nothing: a long call submitted while waiting
+/// is off is not waited for, and the loop does not hand it the GIL.
+pub(crate) fn loop_learn(took: Duration) {
+    LOOP_SPINS.record(took < spin_limit());
+}
+
+/// An asyncio loop's wait (GIL released by the caller) for the call it just
+/// handed to the pool, up to the spin limit. It gives its CPU away between
+/// looks instead of spinning: the worker it woke is often queued on this
+/// very CPU (measured on a 2-core VM: a pure spin caught no call at all,
+/// this catches nearly all short ones), and where nothing else wants the
+/// CPU the yield returns at once.
+pub(crate) fn yield_until(probe: &(dyn Fn() -> bool + Sync)) -> bool {
+    let hit = probe() || look_until(probe, spin_limit(), std::thread::yield_now);
+    LOOP_SPINS.record(hit);
+    hit
+}
+
+fn look_until(probe: &(dyn Fn() -> bool + Sync), limit: Duration, pause: impl Fn()) -> bool {
+    let start = Instant::now();
+    loop {
+        pause();
         if probe() {
             return true;
         }
