@@ -240,6 +240,13 @@ impl WorkerThread {
             });
             searching = true;
             match wake {
+                // Woken from its own CPU: the waker (the thread likely to
+                // submit the next task) was or will be preempted for this
+                // worker, and a spin at the next idle moment would keep it
+                // off that CPU: the spin could only miss. It is not tried,
+                // so such misses neither cost the waker its CPU nor teach
+                // the debounce that spinning does not pay where it would.
+                Wake::Notified if self.woken_from_own_cpu() => {}
                 Wake::Notified => debounce.woken(Instant::now()),
                 Wake::TimedOut => {
                     if registry.try_retire() {
@@ -253,6 +260,11 @@ impl WorkerThread {
             self.stop_searching();
         }
         registry.threads.fetch_sub(1, SeqCst);
+    }
+
+    fn woken_from_own_cpu(&self) -> bool {
+        let waker = self.registry.sleep.waker_cpu(self.index);
+        waker.is_some() && waker == crate::sleep::current_cpu()
     }
 
     fn publish_threshold(&self, debounce: &Debounce) {

@@ -526,6 +526,36 @@ fn stats_track_where_tasks_came_from() {
     assert_eq!(s.queued, 0);
 }
 
+/// A worker woken by a thread on its own CPU does not spin at its next idle
+/// moment: the spin would keep the waker (the next submitter) off that CPU
+/// and could only miss. With the test thread and the pool pinned to one CPU
+/// every wake-up comes from the worker's own CPU, so a ping-pong of
+/// submit-and-wait (each task woken, run, then idle) spins not once; without
+/// the rule each idle moment after a quick wake-up spins and misses.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_worker_woken_from_its_own_cpu_does_not_spin() {
+    // SAFETY: plain system calls on this thread's own affinity mask.
+    let pinned = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) == 0 && {
+            let first = (0..libc::CPU_SETSIZE as usize).find(|&c| libc::CPU_ISSET(c, &set)).unwrap();
+            libc::CPU_ZERO(&mut set);
+            libc::CPU_SET(first, &mut set);
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    };
+    assert!(pinned, "cannot pin the test thread");
+    // Its threads inherit the one-CPU mask.
+    let p = Pool::builder().min_threads(2).build().unwrap();
+    for _ in 0..300 {
+        p.submit(|| ()).unwrap().wait().unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let s = p.stats();
+    assert_eq!(s.spin_hits + s.spin_misses, 0, "{s:?}");
+}
+
 #[test]
 fn an_idle_pool_parks_its_workers() {
     let p = pool(2);

@@ -305,6 +305,12 @@ impl Sleep {
         }
     }
 
+    /// The CPU of the thread whose wake-up worker `index` consumed last
+    /// (call on that worker's thread, after a park returned `Notified`).
+    pub fn waker_cpu(&self, index: usize) -> Option<usize> {
+        self.parkers[index].waker_cpu.load(SeqCst).checked_sub(1)
+    }
+
     /// Parks worker `index` inside a wait. It is woken by `wake_worker`
     /// (its latch was set), by a push of work of its `region`
     /// ([`Sleep::notify_for_push`]; `NO_REGION`: never), or by the timeout.
@@ -379,15 +385,42 @@ impl Sleep {
     }
 }
 
+/// The CPU the calling thread runs on, if the platform says (Linux:
+/// `sched_getcpu`, a vDSO or rseq read, no system call).
+#[cfg(all(target_os = "linux", not(loom)))]
+pub(crate) fn current_cpu() -> Option<usize> {
+    // SAFETY: no arguments, no memory.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+#[cfg(not(all(target_os = "linux", not(loom))))]
+pub(crate) fn current_cpu() -> Option<usize> {
+    None
+}
+
+/// A wake-up: whether one is pending, and the CPU of the thread that sent
+/// it (`usize::MAX`: unknown).
+struct Notice {
+    set: bool,
+    waker_cpu: usize,
+}
+
 /// A one-shot wake-up flag per worker.
 struct Parker {
-    notified: Mutex<bool>,
+    notified: Mutex<Notice>,
     cv: Condvar,
+    /// The CPU the last consumed wake-up came from (+1; 0: unknown). Written
+    /// and read by the parked worker's own thread only.
+    waker_cpu: AtomicUsize,
 }
 
 impl Parker {
     fn new() -> Parker {
-        Parker { notified: Mutex::new(false), cv: Condvar::new() }
+        Parker {
+            notified: Mutex::new(Notice { set: false, waker_cpu: usize::MAX }),
+            cv: Condvar::new(),
+            waker_cpu: AtomicUsize::new(0),
+        }
     }
 
     /// Returns true if notified, false on timeout. Consumes the notification.
@@ -395,7 +428,7 @@ impl Parker {
         let mut notified = lock(&self.notified);
         #[cfg(not(loom))]
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        while !*notified {
+        while !notified.set {
             match timeout {
                 #[cfg(not(loom))]
                 Some(_) => {
@@ -420,7 +453,8 @@ impl Parker {
                 }
             }
         }
-        *notified = false;
+        notified.set = false;
+        self.waker_cpu.store(notified.waker_cpu.wrapping_add(1), SeqCst);
         true
     }
 
@@ -432,7 +466,8 @@ impl Parker {
     /// inside `wait`, so it either sees the flag or is already waiting
     /// when the signal comes.
     fn unpark(&self) {
-        *lock(&self.notified) = true;
+        let cpu = current_cpu().unwrap_or(usize::MAX);
+        *lock(&self.notified) = Notice { set: true, waker_cpu: cpu };
         self.cv.notify_one();
     }
 }
