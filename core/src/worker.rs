@@ -16,7 +16,8 @@
 //!    victim, retrying while any victim answered `Steal::Retry`: a batch
 //!    from its inbox (global work it took and has not started: older, and
 //!    nobody waits for it), else one job from its deque (the oldest, the
-//!    biggest piece of a fork-join tree, as rayon does).
+//!    biggest piece of a fork-join tree, as rayon does), or a batch from a
+//!    deque of `BATCH_STEAL_MIN` jobs or more (a flat fan-out).
 //!
 //! Threads injected by the starvation monitor swap 3 and 4: they take work
 //! already in flight before new global work, which is the fix seed 000 asks
@@ -36,6 +37,11 @@ use crate::job::{JobRef, Tag};
 use crate::registry::{CANCELLING, DRAINING, LocalQueues, Registry, drop_payload};
 use crate::sleep::{Debounce, Wake};
 use crate::stats::{WorkerCounters, bump};
+
+/// A deque at least this long gives a searcher a batch (half of it, at most
+/// 32) instead of one job: more than a fork-join tree's depth, so it is a
+/// flat fan-out of siblings.
+const BATCH_STEAL_MIN: usize = 64;
 
 /// A worker polls the injector first once every this many tasks.
 const FAIRNESS_INTERVAL: u32 = 61;
@@ -475,8 +481,18 @@ impl WorkerThread {
                 // job: the oldest, which in a fork-join tree is the biggest
                 // piece (rayon's choice); half the deque would take the jobs
                 // its owner is about to wait for, and both would then wait
-                // on each other's batches.
-                let from_deque = || slot.stealer.steal();
+                // on each other's batches. Unless the deque is long: a task
+                // that forked many siblings (a loop of spawns) has more than
+                // a tree's depth queued, and taking them one steal at a
+                // time costs a steal per task (a searcher only: a waiter
+                // takes one at a time, as it runs them nested).
+                let from_deque = || {
+                    if region.is_none() && slot.stealer.len() >= BATCH_STEAL_MIN {
+                        slot.stealer.steal_batch_and_pop(&self.deque)
+                    } else {
+                        slot.stealer.steal()
+                    }
+                };
                 let from_inbox = || {
                     if region.is_none() { slot.inbox.steal_batch_and_pop(&self.inbox) } else { Steal::Empty }
                 };

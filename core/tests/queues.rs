@@ -250,3 +250,32 @@ fn a_blocking_worker_hands_its_queued_work_on_in_order() {
     assert!(late.is_empty(), "tasks waited behind the blocking worker: {late:?}");
     assert_eq!(order, (1..=30).collect::<Vec<_>>(), "global-queue tasks ran out of submission order");
 }
+
+/// A searcher takes a batch from a long deque (a flat fan-out of siblings:
+/// more queued than a fork-join tree's depth) and one job from a short one.
+/// A task forking 4,000 small siblings on a 2-thread pool: one steal per
+/// stolen task would be about 2,000 steals; batches of up to 32 take the
+/// same share in a few hundred at most.
+#[test]
+fn a_long_deque_is_stolen_from_in_batches() {
+    let pool = Pool::builder().min_threads(2).growth(Growth::Fixed).build().unwrap();
+    let p = pool.clone();
+    pool.submit(move || {
+        p.scope(|s| {
+            for _ in 0..4000 {
+                s.spawn(|| {
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(2) {
+                        std::hint::spin_loop();
+                    }
+                });
+            }
+        })
+    })
+    .unwrap()
+    .wait()
+    .unwrap();
+    let s = pool.stats();
+    println!("steals {} for 4000 siblings", s.steals);
+    assert!(s.steals < 600, "{s:?}");
+}
