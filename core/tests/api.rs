@@ -321,7 +321,8 @@ fn nice_of_threads(prefix: &str) -> Vec<(String, i32)> {
         let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
         let comm = comm.trim_end();
         if comm.starts_with(prefix) {
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap();
+            // Other tests' threads come and go: one may exit after readdir.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
             // After the ")" that ends the name: field 3 is the state; nice is field 19.
             let nice = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(16).unwrap().parse().unwrap();
             found.push((comm.to_owned(), nice));
