@@ -6,11 +6,13 @@
 //!    local work can never starve global submissions (seed 000's lesson
 //!    turned around: neither queue may outrank the other forever);
 //! 2. the worker's own deque (LIFO: hot in cache);
-//! 3. global work, oldest first: the worker's own FIFO inbox, then other
-//!    workers' inboxes (global work they took in a batch and have not
-//!    started, so it is older than anything in the injector), then a batch
-//!    from the injector into the inbox. Global work therefore starts in
-//!    submission order, and a worker that blocks holds none of it hostage;
+//! 3. global work, oldest first: the worker's own FIFO inbox, then the
+//!    inboxes of stalled workers (global work they took in a batch and have
+//!    not started, so it is older than anything in the injector), then a
+//!    batch from the injector into the inbox. Each batch therefore starts
+//!    in submission order, and a worker that blocks holds none of it
+//!    hostage (across batches the order is not strict: see
+//!    `docs/scheduling.md`);
 //! 4. only a worker admitted as a *searcher* (at most half the pool, see
 //!    `sleep/README.md`) steals from another worker, starting at a random
 //!    victim, retrying while any victim answered `Steal::Retry`: a batch

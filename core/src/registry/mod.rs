@@ -39,8 +39,9 @@ pub(crate) struct Slot {
     pub(crate) stealer: Stealer<JobRef>,
     /// Thieves' half of the worker's FIFO inbox: global work it took in a
     /// batch and has not started. Other workers take from it before the
-    /// injector (it is older), so global work starts in submission order
-    /// even when the worker that took it blocks.
+    /// injector (it is older) once that worker is stalled, so a batch
+    /// starts in submission order even when the worker that took it
+    /// blocks (across batches, see `docs/scheduling.md`).
     pub(crate) inbox: Stealer<JobRef>,
     /// The owner halves, parked here while no thread occupies the slot.
     pub(crate) queues: Mutex<Option<LocalQueues>>,
