@@ -57,7 +57,7 @@ static void http_usage(const char *prog)
 
 static http_opts http_parse_opts(int argc, char **argv)
 {
-    http_opts o = {.port = 0, .threads = 2, .spin_us = ~0u, .target_us = 5000, .interval_us = 5000, .worker_nice = 19};
+    http_opts o = {.port = 0, .threads = 2, .spin_us = ~0u, .target_us = 5000, .interval_us = 5000};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned *dst = NULL;
@@ -97,8 +97,10 @@ static wspool *http_make_pool(const http_opts *o)
     c.min_threads = o->threads;
     if (o->spin_us != ~0u)
         c.spin_max_us = o->spin_us;
-    /* The loop thread answers every request (503s included) and writes every
-     * response: the pool's CPU-bound threads must not keep it from a CPU. */
+    /* --worker-nice N: the loop thread answers every request (503s included)
+     * and writes every response; with the pool's threads N nicer it preempts
+     * them. Not the default: a loop (and, on a test machine, a client) that
+     * keeps every core busy then starves the pool (docs/embedding.md). */
     c.thread_nice = o->worker_nice;
     wspool *p = NULL;
     if (wspool_create(&c, &p) != WSPOOL_OK) {

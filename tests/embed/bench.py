@@ -13,9 +13,10 @@
    uv_queue_work.
 3. Overload: /work?n=N with N sized to ~1 ms, open loop at ~2x the capacity
    of 2 threads, on http_libuv with the default 5 ms target / 5 ms interval:
-   served p99 vs 3x the target, and how fast the excess gets its 503; the
-   servers run the pool 19 nicer than the loop by default (thread_nice),
-   rows with --worker-nice 0 show the loop at the pool's priority.
+   served p99 vs 3x the target, and how fast the excess gets its 503.
+
+Every section also has rows with the pool's threads 19 nicer than the loop
+(`--worker-nice 19`, the pool's thread_nice); more with --variant.
 
 Servers take turns round by round (not all rounds of one, then the next),
 so a burst of load from others lands on all of them alike. Every table also
@@ -126,8 +127,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--only", default="mix,cpu,overload", help="sections to run, comma-separated")
-    ap.add_argument("--nice", default="0", help="other --worker-nice values for overload rows (the servers' default is 19)")
-    ap.add_argument("--variant", action="append", default=[],
+    ap.add_argument("--nice", default="", help="other --worker-nice values for overload rows")
+    ap.add_argument("--variant", action="append", default=["--worker-nice 19"],
                     help="extra server arguments for another row of each wspool server in every section")
     a = ap.parse_args()
     only = set(a.only.split(","))
@@ -203,9 +204,8 @@ def main():
         print("| server | served/s | shed (503)/s | served p50 (ms) | served p99 (ms) | 503 p50 (ms) | 503 p99 (ms) "
               "| overload trips | lost | others (cores) |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        # The same with the pool's threads at the loop's priority (the
-        # servers run them 19 nicer by default): the 503 tail is the loop
-        # thread waiting for a CPU behind its own CPU-bound workers.
+        # The --worker-nice 19 rows: the 503 tail at the pool's priority is
+        # the loop thread waiting for a CPU behind its own CPU-bound workers.
         overload_servers = servers[:2] + [(n + f" (--worker-nice {k})", b, ["--worker-nice", k], e)
                                           for k in a.nice.split(",") if k for n, b, _, e in servers[:2]] + variants
         def overload_round(b, args, env):
