@@ -38,7 +38,7 @@
 //! Cost: a tick reads at most `SAMPLE_PER_TICK` CPU clocks and a bounded
 //! number of completion counters, and is skipped outright at `max_threads`
 //! or with nothing queued. When every worker is parked and nothing is
-//! queued the monitor sleeps until a worker is woken, then one interval
+//! queued the monitor sleeps until the next submission, then one interval
 //! more before it looks (`Monitor::pause`).
 
 use std::collections::VecDeque;
@@ -113,7 +113,7 @@ impl Monitor {
         Ok(())
     }
 
-    /// Called after a worker is woken: wakes an idle monitor.
+    /// Called after every submission's wake-up attempt: wakes an idle monitor.
     #[inline]
     pub(crate) fn kick(&self) {
         if self.idle.load(SeqCst) {
@@ -157,7 +157,7 @@ impl Monitor {
 
     /// Sleeps for `interval`; or, while `pool_idle()` holds, until kicked
     /// and then for `interval`. `idle` is published before `pool_idle` is
-    /// checked and `kick` reads it after waking a worker (both SeqCst), so a
+    /// checked and `kick` reads it after a submission's push (both SeqCst), so a
     /// kick is never missed. Returns `None` when stopped, else whether the
     /// pool was idle (the monitor slept until kicked).
     ///
