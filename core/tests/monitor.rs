@@ -217,19 +217,24 @@ fn a_spinning_neighbour_does_not_suppress_relief() {
     assert_eq!(spinner.stats().starvation_injections, 0, "the spinners compute");
 }
 
-/// The monitor thread's own CPU time, from `/proc/self/task/*/schedstat`.
+/// A file of the `/proc/self/task` entry of pool `pool_name`'s monitor thread.
 #[cfg(target_os = "linux")]
-fn monitor_cpu(pool_name: &str) -> Duration {
+fn monitor_proc_file(pool_name: &str, file: &str) -> String {
     let want = format!("{pool_name}-monitor");
     for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
         if comm.trim_end() == want {
-            let stat = std::fs::read_to_string(entry.path().join("schedstat")).unwrap();
-            let ns: u64 = stat.split_whitespace().next().unwrap().parse().unwrap();
-            return Duration::from_nanos(ns);
+            return std::fs::read_to_string(entry.path().join(file)).unwrap();
         }
     }
     panic!("no thread named {want}");
+}
+
+/// The monitor thread's own CPU time, from `/proc/self/task/*/schedstat`.
+#[cfg(target_os = "linux")]
+fn monitor_cpu(pool_name: &str) -> Duration {
+    let stat = monitor_proc_file(pool_name, "schedstat");
+    Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
 }
 
 /// Issue 11, defect 3: the monitor's cost does not grow with the pool.
@@ -304,16 +309,9 @@ fn the_monitor_costs_almost_nothing() {
 /// The monitor thread's voluntary context switches (how often it slept).
 #[cfg(target_os = "linux")]
 fn monitor_wakeups(pool_name: &str) -> u64 {
-    let want = format!("{pool_name}-monitor");
-    for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() == want {
-            let status = std::fs::read_to_string(entry.path().join("status")).unwrap();
-            let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
-            return line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        }
-    }
-    panic!("no thread named {want}");
+    let status = monitor_proc_file(pool_name, "status");
+    let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// A pool idle between short bursts (an event loop's: one request per

@@ -93,18 +93,24 @@ static void task_stack_size(void *arg) {
     atomic_store(&seen_stack, (long)sz);
 }
 
-/* The stack size a worker of a pool created from `cfg` runs its tasks on. */
-static long worker_stack(wspool_config *cfg) {
+/* Runs `fn` once on a worker of a pool created from `cfg`; 0 if the pool
+   could not be created. */
+static int run_on_new_pool(wspool_config *cfg, wspool_fn fn) {
     wspool *p = NULL;
     OK(wspool_create(cfg, &p));
-    if (!p) return -1;
-    atomic_store(&seen_stack, -1);
+    if (!p) return 0;
     wspool_task *t = NULL;
-    OK(wspool_submit_ex(p, task_stack_size, NULL, NULL, &t));
+    OK(wspool_submit_ex(p, fn, NULL, NULL, &t));
     OK(wspool_task_wait(t, HANG_MS));
     wspool_task_release(t);
     wspool_destroy(p);
-    return atomic_load(&seen_stack);
+    return 1;
+}
+
+/* The stack size a worker of a pool created from `cfg` runs its tasks on. */
+static long worker_stack(wspool_config *cfg) {
+    atomic_store(&seen_stack, -1);
+    return run_on_new_pool(cfg, task_stack_size) ? atomic_load(&seen_stack) : -1;
 }
 
 static void check_near(long seen, long want) {
@@ -158,16 +164,8 @@ static void task_nice(void *arg) {
 
 /* The nice value a worker of a pool created from `cfg` runs its tasks at. */
 static int worker_nice(wspool_config *cfg) {
-    wspool *p = NULL;
-    OK(wspool_create(cfg, &p));
-    if (!p) return -100;
     atomic_store(&seen_nice, -100);
-    wspool_task *t = NULL;
-    OK(wspool_submit_ex(p, task_nice, NULL, NULL, &t));
-    OK(wspool_task_wait(t, HANG_MS));
-    wspool_task_release(t);
-    wspool_destroy(p);
-    return atomic_load(&seen_nice);
+    return run_on_new_pool(cfg, task_nice) ? atomic_load(&seen_nice) : -100;
 }
 
 static void test_thread_nice(void) {
