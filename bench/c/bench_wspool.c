@@ -16,66 +16,9 @@ static void tiny(void *arg) {
     if (atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1 == target) sem_post(&done);
 }
 
-/* W2: fib with wspool_join at every level */
-typedef struct {
-    int n;
-    long r;
-} fib_t;
-static void fib_join(void *arg) {
-    fib_t *f = arg;
-    if (f->n < 2) {
-        f->r = f->n;
-        return;
-    }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
-    wspool_join(pool, fib_join, &a, fib_join, &b);
-    f->r = a.r + b.r;
-}
-/* W2 with a group per level, placed on the stack (wspool_group_init) */
-static void fib_group(void *arg) {
-    fib_t *f = arg;
-    if (f->n < 2) {
-        f->r = f->n;
-        return;
-    }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
-    wspool_group_storage gs;
-    wspool_group *g;
-    wspool_group_init(&gs, pool, &g);
-    wspool_group_submit(g, fib_group, &b);
-    fib_group(&a);
-    wspool_group_wait(g, -1);
-    wspool_group_fini(g);
-    f->r = a.r + b.r;
-}
-/* The same with a heap group per level (wspool_group_create) */
-static void fib_group_heap(void *arg) {
-    fib_t *f = arg;
-    if (f->n < 2) {
-        f->r = f->n;
-        return;
-    }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
-    wspool_group *g;
-    wspool_group_create(pool, &g);
-    wspool_group_submit(g, fib_group_heap, &b);
-    fib_group_heap(&a);
-    wspool_group_wait(g, -1);
-    wspool_group_destroy(g);
-    f->r = a.r + b.r;
-}
+#include "wspool_workloads.h"
 
 static void nop(void *arg) { (void)arg; }
-
-static void child(void *arg) { atomic_fetch_add_explicit((atomic_long *)arg, 1, memory_order_relaxed); }
-static void root(void *arg) {
-    wspool_group_storage gs;
-    wspool_group *g;
-    wspool_group_init(&gs, pool, &g);
-    for (int i = 0; i < W4_CHILDREN; i++) wspool_group_submit(g, child, arg);
-    wspool_group_wait(g, -1);
-    wspool_group_fini(g);
-}
 
 static double run_fib(wspool_fn fn) {
     fib_t f = {W2_FIB, 0};
@@ -145,7 +88,7 @@ int main(void) {
     wspool_group *g;
     wspool_group_create(pool, &g);
     t0 = now_ns();
-    for (int i = 0; i < W4_ROOTS; i++) wspool_group_submit(g, root, &kids);
+    for (int i = 0; i < W4_ROOTS; i++) wspool_group_submit(g, root_placed, &kids);
     wspool_group_wait(g, -1);
     t1 = now_ns();
     wspool_group_destroy(g);

@@ -5,12 +5,12 @@
  *   groups_callgrind w2 join|placed|heap
  *   groups_callgrind w4 placed|heap
  * placed = wspool_group_init/fini on the stack, heap = wspool_group_create/
- * destroy. Built against a header without wspool_group_init (an older
- * library), "placed" falls back to create/destroy. A third argument runs
+ * destroy. A third argument runs
  * the workload that many times (default 1): the script takes the
  * difference between 2 runs and 1, which leaves out the pool's start,
  * shutdown and first-use costs without client requests (callgrind's are
- * per thread). */
+ * per thread). The task functions are bench_wspool.c's
+ * (wspool_workloads.h). */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,84 +19,9 @@
 
 #include "libwspool.h"
 
-#ifdef WSPOOL_GROUP_STORAGE_WORDS
-#define PLACE(gs, p, g) wspool_group_init(&(gs), (p), (g))
-#define UNPLACE(g) wspool_group_fini(g)
-#else
-typedef int wspool_group_storage;
-#define PLACE(gs, p, g) ((void)(gs), wspool_group_create((p), (g)))
-#define UNPLACE(g) wspool_group_destroy(g)
-#endif
-
 static wspool *pool;
 
-typedef struct {
-    int n;
-    long r;
-} fib_t;
-
-static void fib_join(void *arg) {
-    fib_t *f = arg;
-    if (f->n < 2) {
-        f->r = f->n;
-        return;
-    }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
-    wspool_join(pool, fib_join, &a, fib_join, &b);
-    f->r = a.r + b.r;
-}
-
-static void fib_placed(void *arg) {
-    fib_t *f = arg;
-    if (f->n < 2) {
-        f->r = f->n;
-        return;
-    }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
-    wspool_group_storage gs;
-    wspool_group *g;
-    PLACE(gs, pool, &g);
-    wspool_group_submit(g, fib_placed, &b);
-    fib_placed(&a);
-    wspool_group_wait(g, -1);
-    UNPLACE(g);
-    f->r = a.r + b.r;
-}
-
-static void fib_heap(void *arg) {
-    fib_t *f = arg;
-    if (f->n < 2) {
-        f->r = f->n;
-        return;
-    }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
-    wspool_group *g;
-    wspool_group_create(pool, &g);
-    wspool_group_submit(g, fib_heap, &b);
-    fib_heap(&a);
-    wspool_group_wait(g, -1);
-    wspool_group_destroy(g);
-    f->r = a.r + b.r;
-}
-
-static void child(void *arg) { atomic_fetch_add_explicit((atomic_long *)arg, 1, memory_order_relaxed); }
-
-static void root_placed(void *arg) {
-    wspool_group_storage gs;
-    wspool_group *g;
-    PLACE(gs, pool, &g);
-    for (int i = 0; i < 1000; i++) wspool_group_submit(g, child, arg);
-    wspool_group_wait(g, -1);
-    UNPLACE(g);
-}
-
-static void root_heap(void *arg) {
-    wspool_group *g;
-    wspool_group_create(pool, &g);
-    for (int i = 0; i < 1000; i++) wspool_group_submit(g, child, arg);
-    wspool_group_wait(g, -1);
-    wspool_group_destroy(g);
-}
+#include "wspool_workloads.h"
 
 static int run(int w4, wspool_fn fn) {
     int ok;
@@ -127,7 +52,7 @@ int main(int argc, char **argv) {
     int w4 = strcmp(argv[1], "w4") == 0;
     const char *v = argv[2];
     wspool_fn fn = w4 ? (strcmp(v, "heap") == 0 ? root_heap : root_placed)
-                      : (strcmp(v, "join") == 0 ? fib_join : strcmp(v, "heap") == 0 ? fib_heap : fib_placed);
+                      : (strcmp(v, "join") == 0 ? fib_join : strcmp(v, "heap") == 0 ? fib_group_heap : fib_group);
     wspool_config cfg;
     wspool_config_init(&cfg);
     cfg.min_threads = 1;

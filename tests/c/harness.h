@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "libwspool.h"
@@ -227,6 +228,17 @@ static inline int run_tests(const test_case *tests, int n, int argc, char **argv
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+/* Waits for a forked child that _exit()s with the number of failed checks:
+   the test fails unless it exited 0. */
+static inline void expect_child_passed(pid_t pid) {
+    CHECK(pid > 0);
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    if (WIFEXITED(status)) CHECK_EQ(WEXITSTATUS(status), 0);
+    else fprintf(stderr, "  child died with signal %d\n", WTERMSIG(status));
 }
 
 #endif

@@ -332,12 +332,7 @@ static void test_fork(void) {
         bad += wspool_group_fini(g) != WSPOOL_EFORKED;
         _exit(bad > 100 ? 100 : bad);
     }
-    CHECK(pid > 0);
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
-    CHECK(WIFEXITED(status));
-    if (WIFEXITED(status)) CHECK_EQ(WEXITSTATUS(status), 0);
-    else fprintf(stderr, "  child died with signal %d\n", WTERMSIG(status));
+    expect_child_passed(pid);
     gate_open(&gate);
     OK(wspool_group_fini(g));
     wspool_destroy(p);
