@@ -94,13 +94,8 @@ static void mp_destroy(mpool *p) {
     free(p->ring);
 }
 
-static atomic_long counter;
-static long target;
-static sem_t done;
-static void tiny(void *arg) {
-    (void)arg;
-    if (atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1 == target) sem_post(&done);
-}
+#include "flood_task.h"
+
 static void post(void *arg) { sem_post((sem_t *)arg); }
 
 int main(void) {

@@ -7,14 +7,8 @@
 #include "libwspool.h"
 
 static wspool *pool;
-static atomic_long counter;
-static long target;
-static sem_t done;
 
-static void tiny(void *arg) {
-    (void)arg;
-    if (atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1 == target) sem_post(&done);
-}
+#include "flood_task.h"
 
 #include "wspool_workloads.h"
 

@@ -24,14 +24,7 @@
 
 #include "libwspool.h"
 
-static atomic_long counter;
-static long target;
-static sem_t done;
-
-static void tiny(void *arg) {
-    (void)arg;
-    if (atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1 == target) sem_post(&done);
-}
+#include "../c/flood_task.h"
 
 /* One flood of n tasks; batch 0 = one wspool_submit per task. */
 static int flood(wspool *pool, long n, size_t batch, int measured) {
