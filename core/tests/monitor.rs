@@ -332,7 +332,7 @@ fn a_pool_idle_between_bursts_wakes_its_monitor_per_interval_not_per_task() {
     let t0 = Instant::now();
     let mut tasks = 0u64;
     while t0.elapsed() < Duration::from_millis(500) {
-        pool.submit(|| ()).unwrap().wait();
+        pool.submit(|| ()).unwrap().wait().unwrap();
         tasks += 1;
         std::thread::sleep(Duration::from_micros(200));
     }

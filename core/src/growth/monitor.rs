@@ -21,10 +21,11 @@
 //! 4. **Probe** (hill climbing, A-B-A): measure completions per second over
 //!    a baseline window (A), add threads (1 or 2 first, then doubling after
 //!    each success) and measure again (B), then retire them and measure once
-//!    more (A'). The probe succeeds when B beats both A and A' by at least
-//!    80 % of what the added threads would give if the pool were purely
-//!    blocked (per-thread throughput held up); then they are added back for good. Measuring A' cancels a
-//!    drift in the machine's load (other processes) that A alone would read
+//!    more (A'); B and A' last as long as A (see `Controller::judge`). The
+//!    probe succeeds when B beats both A and A' by at least 80 % of what the
+//!    added threads would give if the pool were purely blocked (per-thread
+//!    throughput held up); then they are added back for good. Measuring A'
+//!    cancels a drift in the machine's load (other processes) that A alone would read
 //!    as a gain. A failed probe leaves its threads (and any unproven stall
 //!    threads) retired, and the next one waits, the wait doubling up to
 //!    `BACKOFF_MAX` intervals. Lock convoys and CPU-bound floods therefore
@@ -310,11 +311,17 @@ pub(crate) enum Action {
     Retire(usize),
 }
 
-/// A probe in flight: its current window started at `t0`.
+/// A probe in flight.
 #[derive(Debug)]
 struct Probe {
-    t0: Instant,
-    done0: u64,
+    /// The current window's start (time, completions): None until it opens.
+    window: Option<(Instant, u64)>,
+    /// B's window opens half a task after the threads are added, A''s once
+    /// the probe's threads have left (see `judge`).
+    opens_at: Instant,
+    /// Ticks A' waited for the probe's threads to leave; bounded, so that a
+    /// thread stuck in a long task cannot hold the probe forever.
+    retire_waits: u32,
     before: usize,
     step: usize,
     base_rate: f64,
@@ -430,8 +437,19 @@ impl Controller {
             n => n,
         };
         let step = step.min(queued()).max(1);
-        self.probe =
-            Some(Probe { t0: o.now, done0: o.done, before: o.threads, step, base_rate, base_window, trial_rate: None });
+        // Blocked work: each of `before` threads completes a task every
+        // before / base_rate seconds.
+        let task = Duration::from_secs_f64(o.threads as f64 / base_rate);
+        self.probe = Some(Probe {
+            window: None,
+            opens_at: o.now + (task / 2).min(base_window / 2),
+            retire_waits: 0,
+            before: o.threads,
+            step,
+            base_rate,
+            base_window,
+            trial_rate: None,
+        });
         self.inject(o, step)
     }
 
@@ -463,12 +481,33 @@ impl Controller {
         None
     }
 
-    /// Ends the probe in flight once its window is long enough.
+    /// Ends the probe in flight once its window is as long as A's.
+    ///
+    /// B and A' are measured the way A was, so that what biases a window's
+    /// rate biases all three alike (`monitor.rs::undeclared_sleeps_*`, 10 ms
+    /// sleeps 2 → 4 threads on a loaded 2-core machine, failed 4 runs in 5
+    /// without this: B read 1.75–1.82 × A' for an ideal 2.0, the bar is 1.8):
+    /// - they last as long as A did, not until they hold `WINDOW_DONE`
+    ///   completions: a rate is read at a tick, some time after the last
+    ///   completion, which shrinks a short window's rate more;
+    /// - B opens half a task after the threads are added: a thread that
+    ///   starts with no task half done completes half a task less than one
+    ///   in its stride, and counting from half a task in evens that out;
+    /// - A' opens once the probe's threads have left: each finishes its task
+    ///   first, and those completions would inflate A'.
     fn judge(&mut self, o: &Observation) -> Action {
-        let Some(probe) = &self.probe else { return Action::Nothing };
-        let window = o.now.saturating_duration_since(probe.t0);
-        let completed = o.done - probe.done0;
-        if window < self.intervals(2) || (completed < WINDOW_DONE && window < probe.base_window) {
+        let Some(probe) = &mut self.probe else { return Action::Nothing };
+        let Some((t0, done0)) = probe.window else {
+            if probe.trial_rate.is_some() && o.threads > probe.before && probe.retire_waits < WINDOW_MAX {
+                probe.retire_waits += 1;
+            } else if o.now >= probe.opens_at {
+                probe.window = Some((o.now, o.done));
+            }
+            return Action::Nothing;
+        };
+        let window = o.now.saturating_duration_since(t0);
+        let completed = o.done - done0;
+        if window < probe.base_window.max(self.intervals(2)) {
             return Action::Nothing;
         }
         let Some(mut probe) = self.probe.take() else { return Action::Nothing };
@@ -479,8 +518,8 @@ impl Controller {
             None if completed > 0 && rate >= probe.base_rate * gain => {
                 // B looks good: take the threads back and measure A'.
                 probe.trial_rate = Some(rate);
-                probe.t0 = o.now;
-                probe.done0 = o.done;
+                probe.window = None;
+                probe.opens_at = o.now;
                 let step = probe.step;
                 self.probe = Some(probe);
                 Action::Retire(step)
