@@ -436,7 +436,11 @@ impl Controller {
             0 => blocked.clamp(1, 2),
             n => n,
         };
-        let step = step.min(queued()).max(1);
+        // The probe's threads are what it adds: capped by `max_threads`
+        // here, not only in `inject`, or a failed probe near the cap would
+        // retire more threads than it added (and judge its gain for threads
+        // that never ran).
+        let step = step.min(queued()).min(self.p.max.saturating_sub(o.threads)).max(1);
         // Blocked work: each of `before` threads completes a task every
         // before / base_rate seconds.
         let task = Duration::from_secs_f64(o.threads as f64 / base_rate);
@@ -625,6 +629,114 @@ mod tests {
         assert!(peak >= 16, "doubling per tick: {peak}");
         let (peak, _, _) = simulate(params(false), 1000, |n| n as f64 / 10.0, |_| 1.0);
         assert!(peak >= 16, "probes succeed: {peak}");
+    }
+
+    /// Blocked work simulated task by task, as the monitor sees it on a
+    /// loaded machine: every thread completes a task each `task` after it
+    /// starts (so a fresh thread has no task half done), an injected thread
+    /// starts `spawn_lag` late, a retired one leaves only at its next
+    /// completion, and each tick reads the counters `read_lag` late. Returns
+    /// the thread count after `ms`.
+    fn simulate_blocked(task: f64, phase: f64, spawn_lag: f64, read_lag: f64, ms: f64) -> usize {
+        let p = params(false);
+        let interval = p.interval.as_secs_f64() * 1e3;
+        let mut c = Controller::new(p);
+        let t0 = Instant::now();
+        // Each live thread's next completion, in ms.
+        let mut next: Vec<f64> = vec![phase, phase + task / 2.0];
+        let (mut done, mut retiring) = (0u64, 0usize);
+        let mut tick = 1.0;
+        while tick * interval <= ms {
+            let now = tick * interval + read_lag;
+            loop {
+                let Some((i, &t)) = next.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)) else { break };
+                if t > now {
+                    break;
+                }
+                done += 1;
+                if retiring > 0 {
+                    retiring -= 1;
+                    next.swap_remove(i);
+                } else {
+                    next[i] = t + task;
+                }
+            }
+            let o = Observation {
+                now: t0 + Duration::from_secs_f64(now / 1e3),
+                pressure: true,
+                threads: next.len(),
+                declared: 0,
+                waiting: 0,
+                done,
+                estimate: None,
+            };
+            match c.tick(&o, || 1000) {
+                Action::Inject(n) => {
+                    // As `monitor_loop` does: an injection cancels pending retirements.
+                    retiring = 0;
+                    next.extend((0..n).map(|_| now + spawn_lag + task));
+                }
+                Action::Retire(n) => retiring += n,
+                Action::Nothing => {}
+            }
+            tick += 1.0;
+        }
+        next.len()
+    }
+
+    /// `Controller::judge`'s windows: probes of blocked work (ideal gain
+    /// 2.0, bar 1.8) pass whatever the threads' phases, with fresh threads
+    /// that start late, retirements that wait for a task to end and ticks
+    /// that read late. With B ending at its 24th completion (half as long as
+    /// A) and A' counting from the retirement request, every one of these
+    /// runs stopped at 2, 4 or 6 threads by 800 ms. Without B's half-task
+    /// delay they pass that but stall at 16-22 threads by 2 s, where a
+    /// window holds one or two tasks per thread and fresh threads complete
+    /// none in it; with it, 12 of the 20 reach `max_threads` (64).
+    #[test]
+    fn probes_of_blocked_work_pass_with_fresh_threads_late_ticks_and_lagging_retirement() {
+        let (mut early, mut late) = (Vec::new(), Vec::new());
+        for phase in [0.0, 1.3, 2.6, 4.1] {
+            for (spawn_lag, read_lag) in [(0.0, 0.0), (0.5, 1.0), (0.5, 3.0), (1.0, 2.0), (0.2, 4.5)] {
+                // 10 ms sleeps that take 10.2 on a busy machine.
+                early.push(simulate_blocked(10.2, phase, spawn_lag, read_lag, 800.0));
+                late.push(simulate_blocked(10.2, phase, spawn_lag, read_lag, 2000.0));
+            }
+        }
+        assert!(early.iter().all(|&n| n >= 8), "threads after 800 ms: {early:?}");
+        assert!(late.iter().all(|&n| n >= 16), "threads after 2 s: {late:?}");
+        assert!(late.iter().filter(|&&n| n == 64).count() >= 10, "threads after 2 s: {late:?}");
+    }
+
+    /// A probe that `max_threads` cuts short counts only the threads it
+    /// added: a failed one retires those, not the step it asked for (it
+    /// once asked for 2 with room for 1, and then retired 2).
+    #[test]
+    fn a_probe_capped_by_max_threads_retires_only_what_it_added() {
+        let p = Params { max: 5, ..params(false) };
+        let mut c = Controller::new(p);
+        let t0 = Instant::now();
+        let (mut threads, mut lowest) = (4usize, 4usize);
+        for i in 1..=400u32 {
+            // Throughput flat in the thread count (a convoy): probes fail.
+            let o = Observation {
+                now: t0 + p.interval * i,
+                pressure: true,
+                threads,
+                declared: 0,
+                waiting: 0,
+                done: (i * 2) as u64,
+                estimate: None,
+            };
+            match c.tick(&o, || 1000) {
+                Action::Inject(n) => threads += n,
+                Action::Retire(n) => threads -= n,
+                Action::Nothing => {}
+            }
+            assert!(threads <= p.max, "tick {i}: {threads} threads");
+            lowest = lowest.min(threads);
+        }
+        assert_eq!(lowest, 4, "a failed probe retired threads it never added");
     }
 
     #[test]
