@@ -560,6 +560,11 @@ mod tests {
         Params { interval: 5 * MS, min: 2, max: 64, cores: 2.0, hint }
     }
 
+    /// A tick of a pool under pressure with nobody in a region or a wait.
+    fn pressed(now: Instant, threads: usize, done: u64, estimate: Option<Estimate>) -> Observation {
+        Observation { now, pressure: true, threads, declared: 0, waiting: 0, done, estimate }
+    }
+
     /// Drives a controller through a simulated pool: `rate(threads)` is the
     /// pool's completions per ms with that many threads; `blocked_share` is
     /// what the CPU clocks say. Returns the peak thread count, the average
@@ -577,18 +582,11 @@ mod tests {
         let ticks = ms / 5;
         for i in 1..=ticks {
             done += rate(threads) * 5.0;
-            let o = Observation {
-                now: t0 + p.interval * i,
-                pressure: true,
-                threads,
-                declared: 0,
-                waiting: 0,
-                done: done as u64,
-                estimate: p.hint.then(|| {
-                    let b = blocked_share(threads);
-                    Estimate { blocked_share: b, cores_per_worker: 1.0 - b }
-                }),
-            };
+            let estimate = p.hint.then(|| {
+                let b = blocked_share(threads);
+                Estimate { blocked_share: b, cores_per_worker: 1.0 - b }
+            });
+            let o = pressed(t0 + p.interval * i, threads, done as u64, estimate);
             match c.tick(&o, || 1000) {
                 Action::Inject(n) => {
                     threads += n;
@@ -661,15 +659,7 @@ mod tests {
                     next[i] = t + task;
                 }
             }
-            let o = Observation {
-                now: t0 + Duration::from_secs_f64(now / 1e3),
-                pressure: true,
-                threads: next.len(),
-                declared: 0,
-                waiting: 0,
-                done,
-                estimate: None,
-            };
+            let o = pressed(t0 + Duration::from_secs_f64(now / 1e3), next.len(), done, None);
             match c.tick(&o, || 1000) {
                 Action::Inject(n) => {
                     // As `monitor_loop` does: an injection cancels pending retirements.
@@ -719,15 +709,7 @@ mod tests {
         let (mut threads, mut lowest) = (4usize, 4usize);
         for i in 1..=400u32 {
             // Throughput flat in the thread count (a convoy): probes fail.
-            let o = Observation {
-                now: t0 + p.interval * i,
-                pressure: true,
-                threads,
-                declared: 0,
-                waiting: 0,
-                done: (i * 2) as u64,
-                estimate: None,
-            };
+            let o = pressed(t0 + p.interval * i, threads, (i * 2) as u64, None);
             match c.tick(&o, || 1000) {
                 Action::Inject(n) => threads += n,
                 Action::Retire(n) => threads -= n,
@@ -749,15 +731,7 @@ mod tests {
     fn the_cpu_guard_and_busy_workers_stop_the_fast_path() {
         let mut c = Controller::new(params(true));
         let t0 = Instant::now();
-        let o = |i: u32, e: Estimate| Observation {
-            now: t0 + 5 * MS * i,
-            pressure: true,
-            threads: 4,
-            declared: 0,
-            waiting: 0,
-            done: 0,
-            estimate: Some(e),
-        };
+        let o = |i: u32, e: Estimate| pressed(t0 + 5 * MS * i, 4, 0, Some(e));
         let spinning = Estimate { blocked_share: 1.0, cores_per_worker: 0.5 };
         assert_eq!(c.tick(&o(1, spinning), || 9), Action::Nothing);
         assert_eq!(c.tick(&o(2, spinning), || 9), Action::Nothing, "4 × 0.5 cores use both cores");
