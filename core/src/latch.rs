@@ -18,8 +18,7 @@ use crate::registry::Registry;
 use crate::sync::lock;
 use std::sync::atomic::Ordering::SeqCst;
 
-/// How long a blocking waiter spins before it sleeps.
-const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+use crate::wait::WAIT_SPIN;
 
 /// Something a thread can wait for. Pool threads wait by helping
 /// ([`crate::worker::WorkerThread::wait_until`]); when there is nothing to

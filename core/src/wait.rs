@@ -32,8 +32,9 @@ use crate::worker::WorkerThread;
 /// Help-while-waiting frames allowed on one stack before a wait just parks,
 /// whatever stack is left (a secondary bound).
 pub(crate) const MAX_HELP_DEPTH: u32 = 256;
-/// How long a waiter with nothing to run spins before it parks.
-const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+/// How long a waiter with nothing to run spins before it parks: a pool
+/// thread here, a foreign thread in `latch::Signal::wait_until`.
+pub(crate) const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 /// Stack size assumed where the real bounds cannot be read: std's default
 /// for spawned threads.
 const ASSUMED_STACK: usize = 2 << 20;
