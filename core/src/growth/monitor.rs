@@ -25,11 +25,13 @@
 //!    probe succeeds when B beats both A and A' by at least 80 % of what the
 //!    added threads would give if the pool were purely blocked (per-thread
 //!    throughput held up); then they are added back for good. Measuring A'
-//!    cancels a drift in the machine's load (other processes) that A alone would read
-//!    as a gain. A failed probe leaves its threads (and any unproven stall
-//!    threads) retired, and the next one waits, the wait doubling up to
-//!    `BACKOFF_MAX` intervals. Lock convoys and CPU-bound floods therefore
-//!    stay at about `min_threads`.
+//!    cancels a drift in the machine's load (other processes) that A alone
+//!    would read as a gain. A failed probe leaves its threads (and any
+//!    unproven stall threads) retired, and the next one waits, the wait
+//!    doubling up to `BACKOFF_MAX` intervals. Lock convoys and CPU-bound
+//!    floods therefore stay at about `min_threads` where other processes
+//!    leave the CPUs to the pool (a busier machine: `docs/growth.md`, "What
+//!    it cannot detect").
 //!
 //! Without the hint (`Builder::monitor_kernel_hint(false)`, or a platform
 //! without per-thread CPU clocks or `/proc`) blocked work cannot be told
