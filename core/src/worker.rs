@@ -254,8 +254,8 @@ impl WorkerThread {
                 // off that CPU: the spin could only miss. It is not tried,
                 // so such misses neither cost the waker its CPU nor teach
                 // the debounce that spinning does not pay where it would.
-                Wake::Notified if self.woken_from_own_cpu() => {}
-                Wake::Notified => debounce.woken(Instant::now()),
+                Wake::Notified { from_cpu: Some(cpu) } if Some(cpu) == crate::sleep::current_cpu() => {}
+                Wake::Notified { .. } => debounce.woken(Instant::now()),
                 Wake::TimedOut => {
                     if registry.try_retire() {
                         self.stop_searching();
@@ -268,11 +268,6 @@ impl WorkerThread {
             self.stop_searching();
         }
         registry.threads.fetch_sub(1, SeqCst);
-    }
-
-    fn woken_from_own_cpu(&self) -> bool {
-        let waker = self.registry.sleep.waker_cpu(self.index);
-        waker.is_some() && waker == crate::sleep::current_cpu()
     }
 
     fn publish_threshold(&self, debounce: &Debounce) {

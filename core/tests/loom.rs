@@ -129,7 +129,7 @@ fn worker_from(
             continue;
         }
         let wake = sleep.park(index, searching, None, |scan| scan && has_work());
-        assert_eq!(wake, Wake::Notified);
+        assert!(matches!(wake, Wake::Notified { .. }));
         searching = true;
     }
     if searching && sleep.stop_searching() && has_work() {
@@ -244,7 +244,7 @@ fn timed_park_and_retirement_lose_no_job() {
                 return;
             }
             match s.park(0, true, Some(std::time::Duration::from_millis(1)), |scan| scan && q.has_work()) {
-                Wake::Notified => {
+                Wake::Notified { .. } => {
                     if q.take() {
                         t.fetch_add(1, SeqCst);
                     }

@@ -30,7 +30,11 @@ fn sleeping(state: u64) -> usize {
 pub enum Wake {
     /// Someone handed this worker a wake-up (or it found work before
     /// sleeping). The worker is now counted as searching.
-    Notified,
+    Notified {
+        /// The CPU the waking thread ran on, if it woke the worker from its
+        /// sleep and the platform says.
+        from_cpu: Option<usize>,
+    },
     /// The timeout passed with no wake-up. The worker is counted as
     /// searching: it must either search or retire through `stop_searching`.
     TimedOut,
@@ -305,12 +309,6 @@ impl Sleep {
         }
     }
 
-    /// The CPU of the thread whose wake-up worker `index` consumed last
-    /// (call on that worker's thread, after a park returned `Notified`).
-    pub fn waker_cpu(&self, index: usize) -> Option<usize> {
-        self.parkers[index].waker_cpu.load(SeqCst).checked_sub(1)
-    }
-
     /// Parks worker `index` inside a wait. It is woken by `wake_worker`
     /// (its latch was set), by a push of work of its `region`
     /// ([`Sleep::notify_for_push`]; `NO_REGION`: never), or by the timeout.
@@ -326,19 +324,18 @@ impl Sleep {
         }
         fence(SeqCst);
         if ready() && self.cancel_wait(index) {
-            return Wake::Notified;
+            return Wake::Notified { from_cpu: None };
         }
         let parker = &self.parkers[index];
-        if parker.park(timeout) {
-            return Wake::Notified;
+        if let Some(from_cpu) = parker.park(timeout) {
+            return Wake::Notified { from_cpu };
         }
         if self.cancel_wait(index) {
             return Wake::TimedOut;
         }
         // A waker took us off the list between the timeout and
         // `cancel_wait`; its unpark is on its way. Consume it.
-        parker.park(None);
-        Wake::Notified
+        Wake::Notified { from_cpu: parker.park(None).flatten() }
     }
 
     /// Parks worker `index`. `was_searching` says whether it currently counts
@@ -369,19 +366,18 @@ impl Sleep {
         // fence (or SeqCst push) a submitter issues before reading `state`.
         fence(SeqCst);
         if recheck(searchers_left == 0) && self.cancel_sleep(index) {
-            return Wake::Notified;
+            return Wake::Notified { from_cpu: None };
         }
         let parker = &self.parkers[index];
-        if parker.park(timeout) {
-            return Wake::Notified;
+        if let Some(from_cpu) = parker.park(timeout) {
+            return Wake::Notified { from_cpu };
         }
         if self.cancel_sleep(index) {
             return Wake::TimedOut;
         }
         // A waker popped us between the timeout and `cancel_sleep`; its
         // unpark is on its way. Consume it so the next park starts clean.
-        parker.park(None);
-        Wake::Notified
+        Wake::Notified { from_cpu: parker.park(None).flatten() }
     }
 }
 
@@ -398,44 +394,32 @@ pub(crate) fn current_cpu() -> Option<usize> {
     None
 }
 
-/// A wake-up: whether one is pending, and the CPU of the thread that sent
-/// it (`usize::MAX`: unknown).
-struct Notice {
-    set: bool,
-    waker_cpu: usize,
-}
-
-/// A one-shot wake-up flag per worker.
+/// A one-shot wake-up per worker: `Some(the waker's CPU, if known)` while
+/// one is pending.
 struct Parker {
-    notified: Mutex<Notice>,
+    notified: Mutex<Option<Option<usize>>>,
     cv: Condvar,
-    /// The CPU the last consumed wake-up came from (+1; 0: unknown). Written
-    /// and read by the parked worker's own thread only.
-    waker_cpu: AtomicUsize,
 }
 
 impl Parker {
     fn new() -> Parker {
-        Parker {
-            notified: Mutex::new(Notice { set: false, waker_cpu: usize::MAX }),
-            cv: Condvar::new(),
-            waker_cpu: AtomicUsize::new(0),
-        }
+        Parker { notified: Mutex::new(None), cv: Condvar::new() }
     }
 
-    /// Returns true if notified, false on timeout. Consumes the notification.
-    fn park(&self, timeout: Option<Duration>) -> bool {
+    /// Consumes the wake-up and returns the waker's CPU (if known), or None
+    /// on timeout.
+    fn park(&self, timeout: Option<Duration>) -> Option<Option<usize>> {
         let mut notified = lock(&self.notified);
         #[cfg(not(loom))]
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        while !notified.set {
+        while notified.is_none() {
             match timeout {
                 #[cfg(not(loom))]
                 Some(_) => {
                     let now = std::time::Instant::now();
                     let deadline = deadline.unwrap_or(now);
                     if now >= deadline {
-                        return false;
+                        return None;
                     }
                     notified = match self.cv.wait_timeout(notified, deadline - now) {
                         Ok((g, _)) => g,
@@ -444,7 +428,7 @@ impl Parker {
                 }
                 // Under loom a timeout is modelled as "may time out at once".
                 #[cfg(loom)]
-                Some(_) => return false,
+                Some(_) => return None,
                 None => {
                     notified = match self.cv.wait(notified) {
                         Ok(g) => g,
@@ -453,9 +437,7 @@ impl Parker {
                 }
             }
         }
-        notified.set = false;
-        self.waker_cpu.store(notified.waker_cpu.wrapping_add(1), SeqCst);
-        true
+        notified.take()
     }
 
     /// Signals after unlocking: a parker woken while the notifier still
@@ -466,8 +448,8 @@ impl Parker {
     /// inside `wait`, so it either sees the flag or is already waiting
     /// when the signal comes.
     fn unpark(&self) {
-        let cpu = current_cpu().unwrap_or(usize::MAX);
-        *lock(&self.notified) = Notice { set: true, waker_cpu: cpu };
+        let cpu = current_cpu();
+        *lock(&self.notified) = Some(cpu);
         self.cv.notify_one();
     }
 }
@@ -493,7 +475,7 @@ mod tests {
         assert!(!sleep.notify_one(), "a searcher exists: no wake");
         assert!(sleep.stop_searching(), "was the last searcher");
         assert!(sleep.notify_one());
-        assert_eq!(t.join().unwrap(), Wake::Notified);
+        assert!(matches!(t.join().unwrap(), Wake::Notified { .. }));
         assert_eq!(sleep.counts(), (1, 0), "the woken worker searches");
     }
 
@@ -510,7 +492,7 @@ mod tests {
     fn park_rechecks_work_before_sleeping() {
         let sleep = Sleep::new(1);
         let r = sleep.park(0, false, None, |scan| scan);
-        assert_eq!(r, Wake::Notified);
+        assert!(matches!(r, Wake::Notified { .. }));
         assert_eq!(sleep.counts(), (1, 0));
     }
 
@@ -551,7 +533,7 @@ mod tests {
         assert!(!sleep.notify_global(), "the spinner takes global work");
         assert!(sleep.stop_spinning());
         assert!(sleep.notify_global(), "nobody spins: the sleeper is woken");
-        assert_eq!(t.join().unwrap(), Wake::Notified);
+        assert!(matches!(t.join().unwrap(), Wake::Notified { .. }));
     }
 
     #[test]
@@ -574,7 +556,7 @@ mod tests {
         }
         sleep.notify_all();
         for t in threads {
-            assert_eq!(t.join().unwrap(), Wake::Notified);
+            assert!(matches!(t.join().unwrap(), Wake::Notified { .. }));
         }
         assert_eq!(sleep.counts(), (3, 0));
     }
