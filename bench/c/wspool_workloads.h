@@ -42,6 +42,18 @@ static inline void fib_join(void *arg) {
     f->r = a.r + b.r;
 }
 
+/* One W2 level through group `g`: `self` runs the larger half here and
+   the smaller one through the group. Always inlined, so that `self(&a)`
+   stays a direct recursive call (callgrind: 795 instructions per level
+   against 794 written out twice; 799 when left to gcc). */
+static inline __attribute__((always_inline)) void fib_fork_in(wspool_group *g, wspool_fn self, fib_t *f) {
+    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
+    wspool_group_submit(g, self, &b);
+    self(&a);
+    wspool_group_wait(g, -1);
+    f->r = a.r + b.r;
+}
+
 /* W2 with a group per level, placed on the stack (wspool_group_init) */
 static inline void fib_group(void *arg) {
     fib_t *f = arg;
@@ -49,15 +61,11 @@ static inline void fib_group(void *arg) {
         f->r = f->n;
         return;
     }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
     wspool_group_storage gs;
     wspool_group *g;
     PLACE(gs, pool, &g);
-    wspool_group_submit(g, fib_group, &b);
-    fib_group(&a);
-    wspool_group_wait(g, -1);
+    fib_fork_in(g, fib_group, f);
     UNPLACE(g);
-    f->r = a.r + b.r;
 }
 
 /* The same with a heap group per level (wspool_group_create) */
@@ -67,34 +75,34 @@ static inline void fib_group_heap(void *arg) {
         f->r = f->n;
         return;
     }
-    fib_t a = {f->n - 1, 0}, b = {f->n - 2, 0};
     wspool_group *g;
     wspool_group_create(pool, &g);
-    wspool_group_submit(g, fib_group_heap, &b);
-    fib_group_heap(&a);
-    wspool_group_wait(g, -1);
+    fib_fork_in(g, fib_group_heap, f);
     wspool_group_destroy(g);
-    f->r = a.r + b.r;
 }
 
 /* W4: a child counts itself; a root submits W4_CHILDREN of them through a
    group and waits for them */
 static inline void child(void *arg) { atomic_fetch_add_explicit((atomic_long *)arg, 1, memory_order_relaxed); }
 
+/* One W4 root's children through group `g`. */
+static inline void children_in(wspool_group *g, void *counter) {
+    for (int i = 0; i < W4_CHILDREN; i++) wspool_group_submit(g, child, counter);
+    wspool_group_wait(g, -1);
+}
+
 static inline void root_placed(void *arg) {
     wspool_group_storage gs;
     wspool_group *g;
     PLACE(gs, pool, &g);
-    for (int i = 0; i < W4_CHILDREN; i++) wspool_group_submit(g, child, arg);
-    wspool_group_wait(g, -1);
+    children_in(g, arg);
     UNPLACE(g);
 }
 
 static inline void root_heap(void *arg) {
     wspool_group *g;
     wspool_group_create(pool, &g);
-    for (int i = 0; i < W4_CHILDREN; i++) wspool_group_submit(g, child, arg);
-    wspool_group_wait(g, -1);
+    children_in(g, arg);
     wspool_group_destroy(g);
 }
 
