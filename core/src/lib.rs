@@ -35,6 +35,7 @@ mod error;
 mod group;
 mod growth;
 mod here;
+mod injector;
 mod isolation;
 mod job;
 mod join;
@@ -76,5 +77,6 @@ pub use worker::current_index;
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::growth::compensation::Compensation;
+    pub use crate::injector::Injector;
     pub use crate::sleep::{NO_REGION, Sleep, Wake};
 }

@@ -6,7 +6,9 @@
 //! park_waiter, notify_one, notify_after_local_push, notify_for_push,
 //! wake_worker, notify_all, the searching counters) and `Compensation` is
 //! the production code, compiled against loom's primitives through the
-//! `sync` shim. The deques are models (`Deque`, `Injector` below) with
+//! `sync` shim, and so is the global queue (`injector.rs`, 3-slot blocks
+//! under loom), which `global_queue_*` below check on their own. In the
+//! sleep models the deques are models (`Deque`, `Injector` below) with
 //! crossbeam's orderings on the words that matter: a local push publishes
 //! with a Release store and no fence; `is_empty` loads behind a SeqCst fence.
 //! The worker loops are the control flow of `WorkerThread::main_loop` and
@@ -22,7 +24,8 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, fence};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use wspool::__loom::{Compensation, NO_REGION, Sleep, Wake};
+use crossbeam_deque::{Steal, Worker};
+use wspool::__loom::{Compensation, Injector as GlobalQueue, NO_REGION, Sleep, Wake};
 
 /// A worker's own deque as crossbeam implements the words this protocol
 /// reads: the owner's push is a Release store of `back` (no fence); a
@@ -517,5 +520,81 @@ fn global_push_skips_the_wake_up_while_a_worker_spins() {
         assert_eq!(queue.0.load(SeqCst), 0);
         assert_eq!(sleep.counts(), (0, 0));
         assert_eq!(sleep.spinners(), 0);
+    });
+}
+
+/// Takes one value from the real global queue, retrying a lost race.
+fn take_one(q: &GlobalQueue<u32>) -> Option<u32> {
+    loop {
+        match q.steal() {
+            Steal::Success(v) => return Some(v),
+            Steal::Empty => return None,
+            Steal::Retry => thread::yield_now(),
+        }
+    }
+}
+
+/// The real global queue (`injector.rs`): two blocks (3 slots each under
+/// loom) are filled and emptied first, so the queue now works in a reused
+/// block (its slot states reset by whoever retired it); then a
+/// producer pushes three values while the main thread pushes a fourth (the
+/// block-end winner installs the spare as the next block, and one push
+/// lands behind it) and two takers,
+/// one single and one batch, race them. Every value comes out exactly once,
+/// the producer's in its order, and a later push and drain still work on
+/// the reused block.
+#[test]
+fn global_queue_keeps_each_value_once_across_a_block_end_and_reuse() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let q = Arc::new(GlobalQueue::new());
+        for round in 0..2 {
+            for v in 0..3 {
+                q.push(round * 3 + v);
+            }
+            for v in 0..3 {
+                assert_eq!(take_one(&q), Some(round * 3 + v));
+            }
+        }
+        let producer = {
+            let q = q.clone();
+            thread::spawn(move || {
+                for v in 10..13 {
+                    q.push(v);
+                }
+            })
+        };
+        let batch_taker = {
+            let q = q.clone();
+            thread::spawn(move || {
+                let dest = Worker::new_fifo();
+                let mut got = Vec::new();
+                if let Steal::Success(v) = q.steal_batch_with_limit_and_pop(&dest, 2) {
+                    got.push(v);
+                    while let Some(v) = dest.pop() {
+                        got.push(v);
+                    }
+                }
+                got
+            })
+        };
+        q.push(20);
+        let mut mine: Vec<u32> = take_one(&q).into_iter().collect();
+        producer.join().unwrap();
+        let theirs = batch_taker.join().unwrap();
+        for got in [&mine, &theirs] {
+            let order: Vec<_> = got.iter().filter(|&&v| v < 20).collect();
+            assert!(order.windows(2).all(|w| w[0] < w[1]), "producer's values out of order: {got:?}");
+        }
+        while let Some(v) = take_one(&q) {
+            mine.push(v);
+        }
+        let mut all: Vec<u32> = mine.iter().chain(&theirs).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, [10, 11, 12, 20]);
+        q.push(30);
+        assert_eq!(take_one(&q), Some(30));
+        assert!(q.is_empty());
     });
 }

@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crossbeam_deque::{Injector, Stealer, Worker};
+use crossbeam_deque::{Stealer, Worker};
 use crossbeam_utils::CachePadded;
 
 use crate::config::Builder;
 use crate::growth::{Compensation, Monitor};
+use crate::injector::Injector;
 use crate::job::JobRef;
 use crate::latch::Signal;
 use crate::sleep::Sleep;
