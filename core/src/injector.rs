@@ -158,7 +158,29 @@ impl<T> Injector<T> {
     }
 
     /// Appends `value`. The slot is reserved by a SeqCst CAS.
+    ///
+    /// Inlined into every submission: the common case (a slot that is not
+    /// its block's last, won at the first try) is one load, one CAS, the
+    /// write and one RMW; block ends and lost races take `push_contended`.
+    #[inline(always)]
     pub fn push(&self, value: T) {
+        let tail = self.tail.index.load(Acquire);
+        let offset = (tail >> SHIFT) % LAP;
+        if offset + 1 < BLOCK_CAP {
+            let block = self.tail.block.load(Acquire);
+            if self.tail.index.compare_exchange_weak(tail, tail + (1 << SHIFT), SeqCst, Acquire).is_ok() {
+                // SAFETY: as in `push_contended`: the CAS gave this thread
+                // the slot, and the block lives until the slot is read.
+                unsafe { Self::write(block, offset, value) };
+                return;
+            }
+        }
+        self.push_contended(value);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_contended(&self, value: T) {
         let backoff = Backoff::new();
         let mut tail = self.tail.index.load(Acquire);
         let mut block = self.tail.block.load(Acquire);
@@ -190,9 +212,7 @@ impl<T> Injector<T> {
                             (*block).next.store(next_block, Release);
                             next_block = ptr::null_mut();
                         }
-                        let slot = (*block).slots.get_unchecked(offset);
-                        slot.value.with_mut(|value_slot| value_slot.write(MaybeUninit::new(value)));
-                        slot.state.fetch_or(WRITE, Release);
+                        Self::write(block, offset, value);
                     }
                     break;
                 }
@@ -207,6 +227,18 @@ impl<T> Injector<T> {
             // Prepared for a block end another pusher won.
             // SAFETY: never published, so this thread owns it.
             unsafe { self.retire(next_block) };
+        }
+    }
+
+    /// # Safety
+    /// The caller won the slot at `offset` of `block` and writes it once.
+    #[inline(always)]
+    unsafe fn write(block: *mut Block<T>, offset: usize, value: T) {
+        // SAFETY: the caller's slot; see above.
+        unsafe {
+            let slot = (*block).slots.get_unchecked(offset);
+            slot.value.with_mut(|value_slot| value_slot.write(MaybeUninit::new(value)));
+            slot.state.fetch_or(WRITE, Release);
         }
     }
 

@@ -336,7 +336,7 @@ impl WorkerThread {
     /// in its own isolation region; a top-level job (not one run while
     /// helping) publishes that region so waiters of the same region know
     /// this worker's deque holds their work.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn execute(&self, job: JobRef) {
         let registry = &*self.registry;
         registry.on_dequeue();
@@ -380,6 +380,7 @@ impl WorkerThread {
 
     /// Finds a job for the main loop: see the module comment for the order.
     /// Only a searcher steals.
+    #[inline(always)]
     fn find_task(&self, searching: bool) -> Option<JobRef> {
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
@@ -415,6 +416,7 @@ impl WorkerThread {
 
     /// Global work, oldest first: own inbox, other workers' inboxes, then a
     /// batch from the injector.
+    #[inline(always)]
     fn take_global(&self) -> Option<JobRef> {
         if let Some(job) = self.inbox.pop() {
             self.count(Source::Global);

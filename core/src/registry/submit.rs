@@ -249,7 +249,7 @@ impl Registry {
     /// slot with a SeqCst CAS, which orders it before `notify_one`'s read
     /// like a fence; a local push fences explicitly
     /// (`WorkerThread::push_and_wake`).
-    #[inline]
+    #[inline(always)]
     fn enqueue(self: &Arc<Self>, worker: Option<&WorkerThread>, mut job: JobRef, global: bool) {
         match worker {
             Some(worker) if !global => worker.push_and_wake(job),
@@ -277,7 +277,7 @@ impl Registry {
     /// Wakes one idle worker if nobody searches (the caller has ordered its
     /// publication first) or, for work of a pool thread's `region`, a waiter
     /// of that region; lends a thread if every runner is blocked.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn notify_new_work(self: &Arc<Self>, region: Option<Tag>) {
         let woke = match region {
             Some(region) => self.sleep.notify_for_push(region),
