@@ -24,15 +24,22 @@
 //! being installed", and threads that see it wait. A pusher wins a slot with
 //! a SeqCst CAS on `tail.index` (a submission relies on that CAS ordering
 //! its push before its wake-up check, as a fence would), then writes the
-//! job and sets the slot's `WRITE` bit. A taker wins a slot (or a run of
-//! slots) with a CAS on `head.index`, waits for `WRITE`, reads, and sets
-//! `READ`. The winner of a block's last slot installs the next block (push)
-//! or moves `head` to it (take); the block is *retired* once every slot has
-//! been read: the taker of the last slot walks the others, and a slot not
-//! yet read gets `DESTROY`, so that its reader finishes the walk.
+//! value and stores the slot's `WRITE` flag. A taker wins a slot, or a run
+//! of slots, with a CAS on `head.index`, waits for each `WRITE`, reads, and
+//! then adds the number of slots it read to the block's `read` count. The
+//! winner of a block's last slot installs the next block (push) or moves
+//! `head` to it (take), before its own slot is written or read. The taker
+//! whose addition completes the count (`BLOCK_CAP`) retires the block.
+//!
+//! crossbeam marks each slot read with its own RMW and walks the block
+//! with `DESTROY` flags instead; one count per block costs a taker one RMW
+//! per batch instead of one per value, and, since only its writer stores a
+//! slot's flag, a pusher a plain store instead of an RMW.
 //!
 //! Only a thread that won a slot of a block dereferences it, and a block is
-//! retired only after every slot's reader is done with it, so reusing the
+//! retired only after every slot's reader is done with it (each reader's
+//! accesses come before its release addition, and the completing addition
+//! acquires them all), so reusing the
 //! memory cannot be observed: a thread holding a stale pointer from an
 //! earlier load fails its CAS (the indices never repeat) before touching
 //! it. A retired block goes to one of `SPARES` spare slots (an atomic swap
@@ -51,9 +58,8 @@ use crossbeam_utils::{Backoff, CachePadded};
 
 use crate::sync::{AtomicPtr, AtomicUsize, UnsafeCell, fence};
 
+/// A slot's value has been written (its only other state is 0, empty).
 const WRITE: usize = 1;
-const READ: usize = 2;
-const DESTROY: usize = 4;
 
 /// Indices per block: `BLOCK_CAP` slots and the "next block" marker.
 #[cfg(not(loom))]
@@ -75,6 +81,9 @@ struct Slot<T> {
 
 struct Block<T> {
     next: AtomicPtr<Block<T>>,
+    /// Slots read so far; the taker that brings it to `BLOCK_CAP` retires
+    /// the block.
+    read: AtomicUsize,
     slots: [Slot<T>; BLOCK_CAP],
 }
 
@@ -82,6 +91,7 @@ impl<T> Block<T> {
     fn allocate() -> *mut Self {
         Box::into_raw(Box::new(Block {
             next: AtomicPtr::new(ptr::null_mut()),
+            read: AtomicUsize::new(0),
             slots: std::array::from_fn(|_| Slot {
                 value: UnsafeCell::new(MaybeUninit::uninit()),
                 state: AtomicUsize::new(0),
@@ -238,7 +248,7 @@ impl<T> Injector<T> {
         unsafe {
             let slot = (*block).slots.get_unchecked(offset);
             slot.value.with_mut(|value_slot| value_slot.write(MaybeUninit::new(value)));
-            slot.state.fetch_or(WRITE, Release);
+            slot.state.store(WRITE, Release);
         }
     }
 
@@ -385,45 +395,20 @@ impl<T> Injector<T> {
         }
     }
 
-    /// Marks the caller's slots `start..end` read; whoever reads a block's
-    /// last slot, or finds `DESTROY` on its own, walks the rest and retires
-    /// the block.
+    /// Counts the caller's slots `start..end` as read; the taker that
+    /// completes the block retires it.
     ///
     /// # Safety
-    /// The caller won and read slots `start..end` of `block`.
+    /// The caller won and read slots `start..end` of `block`, and touches
+    /// the block no more.
     unsafe fn release(&self, block: *mut Block<T>, start: usize, end: usize) {
-        // SAFETY: the caller's slots keep the block alive until marked.
-        unsafe {
-            if end == BLOCK_CAP {
-                // The last slot needs no mark: its reader starts the walk.
-                self.retire_after_readers(block, start);
-                return;
-            }
-            for i in start..end {
-                if (*block).slots.get_unchecked(i).state.fetch_or(READ, AcqRel) & DESTROY != 0 {
-                    self.retire_after_readers(block, start);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Walks slots `0..below` from the top: a slot still being read gets
-    /// `DESTROY` and its reader carries on from there; past them all, the
-    /// block is retired.
-    ///
-    /// # Safety
-    /// Every slot from `below` up has been read (by the caller or others).
-    unsafe fn retire_after_readers(&self, block: *mut Block<T>, below: usize) {
-        // SAFETY: an unread slot keeps the block alive; see above.
-        unsafe {
-            for i in (0..below).rev() {
-                let slot = (*block).slots.get_unchecked(i);
-                if slot.state.load(Acquire) & READ == 0 && slot.state.fetch_or(DESTROY, AcqRel) & READ == 0 {
-                    return;
-                }
-            }
-            self.retire(block);
+        let n = end - start;
+        // SAFETY: the caller's unread-until-now slots kept the block alive
+        // up to this addition.
+        if unsafe { (*block).read.fetch_add(n, AcqRel) } + n == BLOCK_CAP {
+            // SAFETY: every slot has been read and every reader is past its
+            // addition: nothing refers to the block any more.
+            unsafe { self.retire(block) };
         }
     }
 
@@ -449,6 +434,7 @@ impl<T> Injector<T> {
         // SAFETY: exclusively owned (the caller's contract).
         unsafe {
             (*block).next.store(ptr::null_mut(), Relaxed);
+            (*block).read.store(0, Relaxed);
             for slot in &(*block).slots {
                 slot.state.store(0, Relaxed);
             }
