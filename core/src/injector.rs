@@ -163,6 +163,7 @@ impl<T> Default for Injector<T> {
 }
 
 impl<T> Injector<T> {
+    /// An empty queue with one block.
     pub fn new() -> Self {
         Self::default()
     }
