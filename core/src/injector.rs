@@ -7,8 +7,8 @@
 //! (3.5 KiB here) every 63 pushes and frees it on whichever thread read its
 //! last slot. In a flood the submitter allocates and the workers free, so
 //! glibc takes its arena lock on both sides of the same arena at the same
-//! moment (a block boundary), and a trimmed heap is faulted back in page by
-//! page. Measured on the 2-core VM (`bench/ab`, W1, 10 M tasks): 112 k
+//! moment (a block boundary), and a growing backlog faults in and zeroes
+//! fresh heap pages. Measured on the 2-core VM (`bench/ab`, W1, 10 M tasks): 112 k
 //! `futex` calls, most of them that arena lock taken in the workers' `free`,
 //! 8.6 % of all samples zeroing fresh pages under the submitter's `calloc`,
 //! and a third of the CPU time in the kernel; with jemalloc preloaded the
@@ -36,18 +36,20 @@
 //! per batch instead of one per value, and, since only its writer stores a
 //! slot's flag, a pusher a plain store instead of an RMW.
 //!
-//! Only a thread that won a slot of a block dereferences it, and a block is
-//! retired only after every slot's reader is done with it (each reader's
-//! accesses come before its release addition, and the completing addition
-//! acquires them all), so reusing the
-//! memory cannot be observed: a thread holding a stale pointer from an
+//! Only a thread that won a slot of a block dereferences it (and the taker
+//! that moves `head` on reads the next block's `next`, before anybody can
+//! take from that block), and a block is retired only after every slot's
+//! reader is done with it (each reader's accesses come before its release
+//! addition, and the completing addition acquires them all), so reusing
+//! the memory cannot be observed: a thread holding a stale pointer from an
 //! earlier load fails its CAS (the indices never repeat) before touching
 //! it. A retired block goes to one of `SPARES` spare slots (an atomic swap
 //! hands it over whole; no list, so no ABA) or, when they are full, back to
 //! the allocator, so what the queue keeps beyond its contents is bounded.
 //!
-//! `tests/loom.rs` runs this code (with 3-slot blocks) under loom;
-//! `tests/stress.rs` floods the real thing from several threads.
+//! `tests/loom.rs` runs this code (with 3-slot blocks) under loom; the unit
+//! tests below run it on real threads (3 producers, 3 consumers, singles
+//! and batches), and every pool test goes through it.
 
 use std::mem::MaybeUninit;
 use std::ptr;
