@@ -173,8 +173,9 @@ impl<T> Injector<T> {
     /// Appends `value`. The slot is reserved by a SeqCst CAS.
     ///
     /// Inlined into every submission: the common case (a slot that is not
-    /// its block's last, won at the first try) is one load, one CAS, the
-    /// write and one RMW; block ends and lost races take `push_contended`.
+    /// its block's last, won at the first try) is two loads, one CAS, the
+    /// write and a store of its flag; block ends and lost races take
+    /// `push_contended`.
     #[inline(always)]
     pub fn push(&self, value: T) {
         let tail = self.tail.index.load(Acquire);
@@ -257,24 +258,21 @@ impl<T> Injector<T> {
 
     /// Takes the oldest value.
     pub fn steal(&self) -> Steal<T> {
-        let Some((head, block, offset)) = self.head_position() else { return Steal::Empty };
-        let Some(new_head) = self.claim(head, offset, 1) else { return Steal::Empty };
-        if self.head.index.compare_exchange_weak(head, new_head, SeqCst, Acquire).is_err() {
-            return Steal::Retry;
-        }
-        // SAFETY: the CAS gave this thread the slot at `offset`.
-        unsafe {
-            self.advance_head_past(block, offset + 1, new_head);
-            let value = Self::read(block, offset);
-            self.release(block, offset, offset + 1);
-            Steal::Success(value)
-        }
+        self.take_run(1, None)
     }
 
     /// Takes the oldest value and moves up to `limit - 1` of those after it
     /// (about half of what is queued, within the head block) into `dest`.
     pub fn steal_batch_with_limit_and_pop(&self, dest: &Worker<T>, limit: usize) -> Steal<T> {
         debug_assert!(limit > 0);
+        self.take_run(limit, Some(dest))
+    }
+
+    /// Wins a run of up to `limit` slots at the head with one CAS, returns
+    /// the first value and moves the others into `dest` (`None` only with
+    /// `limit` 1, so there are no others).
+    #[inline]
+    fn take_run(&self, limit: usize, dest: Option<&Worker<T>>) -> Steal<T> {
         let Some((head, block, offset)) = self.head_position() else { return Steal::Empty };
         let Some(new_head) = self.claim(head, offset, limit) else { return Steal::Empty };
         if self.head.index.compare_exchange_weak(head, new_head, SeqCst, Acquire).is_err() {
@@ -285,8 +283,10 @@ impl<T> Injector<T> {
         unsafe {
             self.advance_head_past(block, end, new_head);
             let first = Self::read(block, offset);
-            for i in offset + 1..end {
-                dest.push(Self::read(block, i));
+            if let Some(dest) = dest {
+                for i in offset + 1..end {
+                    dest.push(Self::read(block, i));
+                }
             }
             self.release(block, offset, end);
             Steal::Success(first)
@@ -390,7 +390,8 @@ impl<T> Injector<T> {
     /// # Safety
     /// The caller won the slot and reads it once.
     unsafe fn read(block: *mut Block<T>, offset: usize) -> T {
-        // SAFETY: the caller's slot, alive until it is marked read.
+        // SAFETY: the caller's slot; the block lives until the caller
+        // counts it read (`release`).
         unsafe {
             let slot = (*block).slots.get_unchecked(offset);
             slot.wait_write();
