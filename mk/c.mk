@@ -124,7 +124,10 @@ test-c-asan: c-lib
 	  WSPOOL_TEST_SCALE=1 $(C_TEST_BIN)/$${t}_asan || exit 1; done
 
 # tests/c/tsan.supp explains the suppression; the canary proves TSan still
-# sees a race in C code running on the pool.
+# sees a race in C code running on the pool. TSan misses that race in about
+# 1 run in 20 with any build of the library (2 of 40 at 0a0ac3b and at
+# 4edaa2c alike), so the canary gets five attempts: a blinded TSan reports
+# it in none, a working one in the first almost always.
 C_TSAN_OPTIONS := halt_on_error=1 die_after_fork=0 suppressions=$(abspath tests/c/tsan.supp)
 test-c-tsan: c-lib
 	@mkdir -p $(C_TEST_BIN)
@@ -132,10 +135,11 @@ test-c-tsan: c-lib
 	$(C_CC) $(C_CFLAGS) -O1 $(C_SAN_TSAN) tests/c/tsan_canary.c -o $(C_TEST_BIN)/tsan_canary $(C_LINK)
 	for t in $(C_TESTS); do \
 	  TSAN_OPTIONS="$(C_TSAN_OPTIONS)" WSPOOL_TEST_SCALE=0.5 $(C_TEST_BIN)/$${t}_tsan || exit 1; done
-	@if TSAN_OPTIONS="$(C_TSAN_OPTIONS) exitcode=66" $(C_TEST_BIN)/tsan_canary > target/c-tsan-canary.log 2>&1; then \
-	  cat target/c-tsan-canary.log; echo "TSan canary: the race was NOT reported"; exit 1; fi
-	@grep -q "ThreadSanitizer: data race" target/c-tsan-canary.log \
-	  || { cat target/c-tsan-canary.log; echo "TSan canary failed without a race report"; exit 1; }
+	@for attempt in 1 2 3 4 5; do \
+	  TSAN_OPTIONS="$(C_TSAN_OPTIONS) exitcode=66" $(C_TEST_BIN)/tsan_canary > target/c-tsan-canary.log 2>&1 || true; \
+	  if grep -q "ThreadSanitizer: data race" target/c-tsan-canary.log; then exit 0; fi; \
+	  echo "TSan canary: attempt $$attempt saw no race report"; done; \
+	  cat target/c-tsan-canary.log; echo "TSan canary: the race was NOT reported in 5 attempts"; exit 1
 	@echo "TSan canary: the deliberate race was reported (TSan is not blinded)"
 
 # valgrind: no error, no definite/indirect leak after wspool_destroy. Tests
