@@ -26,7 +26,7 @@ pub(crate) fn this_thread() -> Option<i32> {
     // SAFETY: plain system calls on the calling thread's own id.
     unsafe {
         *libc::__errno_location() = 0;
-        let nice = libc::getpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t);
+        let nice = libc::getpriority(libc::PRIO_PROCESS as _, crate::growth::current_tid() as libc::id_t);
         (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
     }
 }
@@ -44,7 +44,7 @@ pub(crate) fn set_this_thread(nice: Option<i32>) {
     if let Some(nice) = nice {
         // SAFETY: a plain system call on the calling thread's own id.
         unsafe {
-            libc::setpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t, nice);
+            libc::setpriority(libc::PRIO_PROCESS as _, crate::growth::current_tid() as libc::id_t, nice);
         }
     }
 }

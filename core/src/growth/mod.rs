@@ -25,6 +25,8 @@ pub(crate) mod compensation;
 mod monitor;
 mod sample;
 
+pub(crate) use sample::current_tid;
+
 pub(crate) use compensation::Compensation;
 pub(crate) use monitor::Monitor;
 

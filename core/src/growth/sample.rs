@@ -300,8 +300,11 @@ pub(crate) fn read_cpu_clock(_clock: u64) -> Option<u64> {
 pub(crate) fn current_tid() -> u64 {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
-        // SAFETY: gettid has no preconditions.
-        (unsafe { libc::gettid() }) as u64
+        // The raw system call, not glibc's `gettid`: with LTO the standard
+        // library's weak declaration of `gettid` becomes ours too, and a
+        // fully static program then links it as null (tests/c/install_test.sh).
+        // SAFETY: SYS_gettid takes no arguments and cannot fail.
+        (unsafe { libc::syscall(libc::SYS_gettid) }) as u64
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
