@@ -68,9 +68,10 @@ test-rust:
 test-rust-debug:
 	$(CARGO) test -p wspool
 
-# The loom models of the sleep/wake, waiter and compensation protocols; then
-# the same models with the local-push fence removed, which must fail (a model
-# that cannot catch the bug it exists for proves nothing).
+# The loom models of the sleep/wake, waiter and compensation protocols and of
+# the deques; then the same models with the local-push fence, and with the
+# deque pop's fence, removed, which must fail (a model that cannot catch the
+# bug it exists for proves nothing).
 test-loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release -p wspool --test loom --target-dir target/loom
 	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_push_fence" LOOM_MAX_PREEMPTIONS=3 \
@@ -79,6 +80,12 @@ test-loom:
 	  echo "test-loom: the models PASSED without the local-push fence: they no longer catch the lost wake-up"; exit 1; fi
 	@grep -q "deadlock" target/loom-mutant.log || { cat target/loom-mutant.log; echo "test-loom: the mutant failed, but not with the expected deadlock"; exit 1; }
 	@echo "test-loom: without the local-push fence the model deadlocks, as it must"
+	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_pop_fence" LOOM_MAX_PREEMPTIONS=3 \
+	  $(CARGO) test --release -q -p wspool --test loom --target-dir target/loom-mutant -- deque_pop_races_steal \
+	  > target/loom-mutant-deque.log 2>&1; then \
+	  echo "test-loom: the deque model PASSED without pop's fence: it no longer catches a value taken twice"; exit 1; fi
+	@grep -q "values lost or taken twice" target/loom-mutant-deque.log || { cat target/loom-mutant-deque.log; echo "test-loom: the deque mutant failed, but not by taking a value twice"; exit 1; }
+	@echo "test-loom: without pop's fence the deque model takes a value twice, as it must"
 
 ## Builds and runs the demos: the pool working, and its stats.
 demo: demo-rust $(DEMO_TARGETS)

@@ -55,7 +55,7 @@ use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 
-use crossbeam_deque::{Steal, Worker};
+use crate::deque::{Steal, Worker};
 use crossbeam_utils::{Backoff, CachePadded};
 
 use crate::sync::{AtomicPtr, AtomicUsize, UnsafeCell, fence};
@@ -284,9 +284,7 @@ impl<T> Injector<T> {
             self.advance_head_past(block, end, new_head);
             let first = Self::read(block, offset);
             if let Some(dest) = dest {
-                for i in offset + 1..end {
-                    dest.push(Self::read(block, i));
-                }
+                dest.push_batch(end - offset - 1, |i| Self::read(block, offset + 1 + i));
             }
             self.release(block, offset, end);
             Steal::Success(first)

@@ -31,6 +31,7 @@
 mod compile_fail;
 mod config;
 mod cq;
+mod deque;
 mod error;
 mod group;
 mod growth;
@@ -76,6 +77,7 @@ pub use worker::current_index;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
+    pub use crate::deque::{Steal, Stealer, Worker};
     pub use crate::growth::compensation::Compensation;
     pub use crate::injector::Injector;
     pub use crate::sleep::{NO_REGION, Sleep, Wake};

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
-use crossbeam_deque::{Steal, Worker};
+use crate::deque::{Steal, Worker};
 
 use crate::job::{JobRef, Tag};
 use crate::registry::{CANCELLING, DRAINING, LocalQueues, Registry, drop_payload};

@@ -9,11 +9,14 @@
 //! `sync` shim, and so is the global queue (`injector.rs`, 3-slot blocks
 //! under loom), which `global_queue_*` below check on their own. In the
 //! sleep models the deques are models (`Deque`, `Injector` below) with
-//! crossbeam's orderings on the words that matter: a local push publishes
+//! the real deques' orderings on the words that matter: a local push publishes
 //! with a Release store and no fence; `is_empty` loads behind a SeqCst fence.
 //! The worker loops are the control flow of `WorkerThread::main_loop` and
 //! `wait.rs` reduced to the protocol steps (searching, taking, parking).
-//! loom cannot run crossbeam-deque itself, nor OS timeouts (a timed park is
+//! The workers' deques (`deque/mod.rs`, 2-slot buffers under loom) are
+//! checked on their own by `deque_*`: a LIFO owner's pops racing a thief
+//! down to the last value, growth under a thief holding the old buffer, and a
+//! FIFO batch steal racing the owner's pops. loom cannot run OS timeouts (a timed park is
 //! modelled as "may time out at once"); `core/tests/stress.rs` and the
 //! race tests in `lifecycle.rs` cover the real deques under contention.
 #![cfg(loom)]
@@ -24,10 +27,9 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, fence};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use crossbeam_deque::{Steal, Worker};
-use wspool::__loom::{Compensation, Injector as GlobalQueue, NO_REGION, Sleep, Wake};
+use wspool::__loom::{Compensation, Injector as GlobalQueue, NO_REGION, Sleep, Steal, Wake, Worker};
 
-/// A worker's own deque as crossbeam implements the words this protocol
+/// A worker's own deque as `deque/mod.rs` implements the words this protocol
 /// reads: the owner's push is a Release store of `back` (no fence); a
 /// thief's `is_empty` is a SeqCst fence then Acquire loads.
 #[derive(Default)]
@@ -596,5 +598,97 @@ fn global_queue_keeps_each_value_once_across_a_block_end_and_reuse() {
         q.push(30);
         assert_eq!(take_one(&q), Some(30));
         assert!(q.is_empty());
+    });
+}
+
+/// Every value taken once, whoever took it.
+fn assert_each_once(mut got: Vec<usize>, n: usize) {
+    got.sort_unstable();
+    assert_eq!(got, (0..n).collect::<Vec<_>>(), "values lost or taken twice");
+}
+
+fn steal_all(s: &wspool::__loom::Stealer<usize>) -> Vec<usize> {
+    let mut got = Vec::new();
+    loop {
+        match s.steal() {
+            Steal::Success(v) => got.push(v),
+            Steal::Empty => return got,
+            Steal::Retry => thread::yield_now(),
+        }
+    }
+}
+
+/// The owner pops while a thief steals, down to the last value: the SeqCst
+/// fences in `pop` and `steal` keep the owner from taking, without an RMW,
+/// a value the thief has claimed (remove `pop`'s fence and this fails), and
+/// the CAS on `front` gives the last value to exactly one of them.
+#[test]
+fn deque_pop_races_steal() {
+    loom::model(|| {
+        let owner = Worker::new_lifo();
+        owner.push(0);
+        owner.push(1);
+        let stealer = owner.stealer();
+        let thief = thread::spawn(move || steal_all(&stealer));
+        let mut got = Vec::new();
+        while let Some(v) = owner.pop() {
+            got.push(v);
+        }
+        got.extend(thief.join().unwrap());
+        assert_each_once(got, 2);
+    });
+}
+
+/// The owner grows its full buffer (2 slots under loom) while a thief may
+/// hold the old one: the old buffer is retired, not freed, and every value
+/// is still taken once, from either buffer.
+#[test]
+fn deque_growth_races_steal() {
+    loom::model(|| {
+        let owner = Worker::new_lifo();
+        owner.push(0);
+        owner.push(1);
+        let stealer = owner.stealer();
+        let thief = thread::spawn(move || match stealer.steal() {
+            Steal::Success(v) => vec![v],
+            _ => vec![],
+        });
+        owner.push(2);
+        let mut got = Vec::new();
+        while let Some(v) = owner.pop() {
+            got.push(v);
+        }
+        got.extend(thief.join().unwrap());
+        assert_each_once(got, 3);
+    });
+}
+
+/// A thief moves a batch out of a FIFO inbox (one CAS for the run) while
+/// its owner pops with `fetch_add`: no value is taken twice or lost.
+#[test]
+fn deque_fifo_batch_steal_races_pop() {
+    loom::model(|| {
+        let owner = Worker::new_fifo();
+        for v in 0..3 {
+            owner.push(v);
+        }
+        let stealer = owner.stealer();
+        let thief = thread::spawn(move || {
+            let own = Worker::new_fifo();
+            let mut got = Vec::new();
+            if let Steal::Success(v) = stealer.steal_batch_and_pop(&own) {
+                got.push(v);
+            }
+            while let Some(v) = own.pop() {
+                got.push(v);
+            }
+            got
+        });
+        let mut got: Vec<usize> = owner.pop().into_iter().collect();
+        got.extend(thief.join().unwrap());
+        while let Some(v) = owner.pop() {
+            got.push(v);
+        }
+        assert_each_once(got, 3);
     });
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crossbeam_deque::{Stealer, Worker};
+use crate::deque::{Stealer, Worker};
 use crossbeam_utils::CachePadded;
 
 use crate::config::Builder;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Instant;
 
-use crossbeam_deque::Steal;
+use crate::deque::Steal;
 
 use super::{CANCELLING, DRAINING, Registry, drop_payload};
 use crate::job::JobRef;

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
 
-use crossbeam_deque::Steal;
+use crate::deque::Steal;
 use crossbeam_utils::CachePadded;
 
 use super::{Admission, DRAINING, RUNNING, Registry, drop_payload};

@@ -1,0 +1,217 @@
+//! The deques on real threads: order, growth without shrinking, drops, and
+//! owner/thief races with wrap-around (what loom cannot check; see the
+//! module comment).
+
+use super::*;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+use std::sync::atomic::Ordering::SeqCst as Sc;
+use std::time::{Duration, Instant};
+
+fn capacity<T>(w: &Worker<T>) -> usize {
+    // SAFETY: the owner's buffer is live.
+    unsafe { (*w.buffer.get()).cap() }
+}
+
+fn drain_steals<T>(s: &Stealer<T>) -> Vec<T> {
+    let mut out = Vec::new();
+    loop {
+        match s.steal() {
+            Steal::Success(v) => out.push(v),
+            Steal::Empty => return out,
+            Steal::Retry => {}
+        }
+    }
+}
+
+#[test]
+fn lifo_pops_newest_and_thieves_take_oldest() {
+    let w = Worker::new_lifo();
+    for i in 0..5 {
+        w.push(i);
+    }
+    assert_eq!(w.pop(), Some(4));
+    assert_eq!(w.stealer().steal(), Steal::Success(0));
+    assert_eq!(w.pop(), Some(3));
+    assert_eq!(drain_steals(&w.stealer()), vec![1, 2]);
+    assert_eq!(w.pop(), None);
+    assert!(w.is_empty() && w.stealer().is_empty());
+}
+
+#[test]
+fn fifo_pops_oldest() {
+    let w = Worker::new_fifo();
+    for i in 0..5 {
+        w.push(i);
+    }
+    assert_eq!(w.pop(), Some(0));
+    assert_eq!(w.stealer().steal(), Steal::Success(1));
+    assert_eq!(w.stealer().len(), 3);
+    assert_eq!((w.pop(), w.pop(), w.pop(), w.pop()), (Some(2), Some(3), Some(4), None));
+}
+
+#[test]
+fn grows_keeping_every_value_and_never_shrinks() {
+    let w = Worker::new_lifo();
+    for i in 0..1000 {
+        w.push(i);
+    }
+    assert_eq!(capacity(&w), 1024);
+    for i in (0..1000).rev() {
+        assert_eq!(w.pop(), Some(i));
+    }
+    assert_eq!(capacity(&w), 1024, "a drained deque keeps its buffer");
+    for round in 0..3 {
+        for i in 0..1000 {
+            w.push(round * 1000 + i);
+        }
+        let stolen = drain_steals(&w.stealer());
+        assert_eq!(stolen, (round * 1000..round * 1000 + 1000).collect::<Vec<_>>());
+    }
+    assert_eq!(capacity(&w), 1024, "wrap-around reuses the buffer");
+}
+
+#[test]
+fn batch_steals_keep_age_order() {
+    // FIFO source into a FIFO inbox: the oldest is returned, the next
+    // oldest is popped first.
+    let src = Worker::new_fifo();
+    let dest = Worker::new_fifo();
+    for i in 0..10 {
+        src.push(i);
+    }
+    assert_eq!(src.stealer().steal_batch_and_pop(&dest), Steal::Success(0));
+    let moved: Vec<_> = std::iter::from_fn(|| dest.pop()).collect();
+    assert_eq!(moved, vec![1, 2, 3, 4]);
+    // FIFO source into a LIFO deque: its pops still take the oldest first.
+    let lifo = Worker::new_lifo();
+    assert_eq!(src.stealer().steal_batch_with_limit_and_pop(&lifo, 3), Steal::Success(5));
+    assert_eq!((lifo.pop(), lifo.pop(), lifo.pop()), (Some(6), Some(7), None));
+    // LIFO source: the newest claimed is returned, the older ones kept.
+    let victim = Worker::new_lifo();
+    for i in 0..9 {
+        victim.push(i);
+    }
+    let thief = Worker::new_lifo();
+    assert_eq!(victim.stealer().steal_batch_and_pop(&thief), Steal::Success(4));
+    assert_eq!(drain_steals(&thief.stealer()), vec![0, 1, 2, 3]);
+    assert_eq!(victim.pop(), Some(8));
+}
+
+#[test]
+fn batches_grow_the_destination() {
+    let src = Worker::new_fifo();
+    let dest = Worker::new_fifo();
+    for i in 0..200 {
+        src.push(i);
+    }
+    let dest_cap = capacity(&dest);
+    dest.push_batch(dest_cap, |i| 1000 + i);
+    assert_eq!(src.stealer().steal_batch_and_pop(&dest), Steal::Success(0));
+    assert!(capacity(&dest) > dest_cap);
+    let all: Vec<_> = std::iter::from_fn(|| dest.pop()).collect();
+    let expected: Vec<_> = (1000..1000 + dest_cap).chain(1..32).collect();
+    assert_eq!(all, expected);
+}
+
+struct CountDrop<'a>(&'a StdAtomicUsize);
+impl Drop for CountDrop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Sc);
+    }
+}
+
+#[test]
+fn dropping_the_deque_drops_what_it_holds_once() {
+    let drops = StdAtomicUsize::new(0);
+    {
+        let w = Worker::new_lifo();
+        let s = w.stealer();
+        for _ in 0..300 {
+            w.push(CountDrop(&drops));
+        }
+        drop(w.pop());
+        drop(drain_steals(&s).into_iter().take(10).collect::<Vec<_>>());
+        assert_eq!(drops.load(Sc), 300, "the whole steal drain ran");
+        for _ in 0..100 {
+            w.push(CountDrop(&drops));
+        }
+        drop(w);
+        assert_eq!(drops.load(Sc), 300, "a thief's handle keeps the deque");
+    }
+    assert_eq!(drops.load(Sc), 400);
+}
+
+/// Owner pushes and pops (staying under one buffer, so indices wrap many
+/// times), three thieves steal singly and in batches; every value is taken
+/// exactly once. A watchdog turns a livelock into a failure.
+fn race(owner_flavor: Flavor) {
+    const N: usize = 200_000;
+    let w: Worker<usize> = Worker::new(owner_flavor);
+    let seen: Vec<StdAtomicUsize> = (0..N).map(|_| StdAtomicUsize::new(0)).collect();
+    let done = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let stealer = w.stealer();
+            let (seen, done) = (&seen, &done);
+            s.spawn(move || {
+                let own: Worker<usize> = if t == 0 { Worker::new_lifo() } else { Worker::new_fifo() };
+                loop {
+                    let got = match t {
+                        0 => stealer.steal_batch_and_pop(&own),
+                        1 => stealer.steal_batch_with_limit_and_pop(&own, 4),
+                        _ => stealer.steal(),
+                    };
+                    match got {
+                        Steal::Success(v) => {
+                            seen[v].fetch_add(1, Sc);
+                        }
+                        Steal::Empty if done.load(Sc) => break,
+                        _ => std::hint::spin_loop(),
+                    }
+                    while let Some(v) = own.pop() {
+                        seen[v].fetch_add(1, Sc);
+                    }
+                    assert!(Instant::now() < deadline, "thief stuck");
+                }
+            });
+        }
+        let mut next = 0;
+        while next < N {
+            for _ in 0..(next % 7 + 1).min(N - next) {
+                w.push(next);
+                next += 1;
+            }
+            for _ in 0..next % 3 {
+                if let Some(v) = w.pop() {
+                    seen[v].fetch_add(1, Sc);
+                }
+            }
+            // Keep the deque short so it wraps instead of growing.
+            while w.stealer().len() > 40 {
+                if let Some(v) = w.pop() {
+                    seen[v].fetch_add(1, Sc);
+                }
+            }
+            assert!(Instant::now() < deadline, "owner stuck");
+        }
+        while let Some(v) = w.pop() {
+            seen[v].fetch_add(1, Sc);
+        }
+        done.store(true, Sc);
+    });
+    let wrong: Vec<_> = (0..N).filter(|&i| seen[i].load(Sc) != 1).take(5).collect();
+    assert!(wrong.is_empty(), "values taken other than once: {wrong:?}");
+    assert_eq!(capacity(&w), MIN_CAP, "the race stayed within one wrapping buffer");
+}
+
+#[test]
+fn lifo_owner_races_thieves_with_wrap_around() {
+    race(Flavor::Lifo);
+}
+
+#[test]
+fn fifo_owner_races_thieves_with_wrap_around() {
+    race(Flavor::Fifo);
+}
