@@ -115,8 +115,12 @@ impl Pool {
     /// Runs `f` on the pool, fire and forget. From a pool thread it goes to
     /// that thread's deque (LIFO, stealable); from elsewhere to the global
     /// queue. On refusal the task comes back in the error.
+    #[inline]
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
-        self.spawn_with(SpawnOptions::default(), f)
+        // `spawn_with`'s path for default options, without its option
+        // checks: this call is the C API's `wspool_submit`, where the
+        // compiler left `spawn_with` out of line (two frames per task).
+        self.registry().submit_job(f, false, HeapJob::into_job_ref)
     }
 
     /// Like `spawn`, always through the global queue (fairness).
