@@ -175,8 +175,39 @@ fn help_reserve(stack_size: usize) -> usize {
     (stack_size / 4).clamp(64 << 10, 512 << 10)
 }
 
-#[inline(never)]
+/// The stack pointer, read from the register where the target has one:
+/// the address of a local is not on the thread's stack under
+/// AddressSanitizer's use-after-return detection (on by default in recent
+/// LLVM: an address-taken local lives on a heap "fake stack"), so every
+/// wait in an ASan build looked out of stack, helped nobody, and a
+/// `Fixed` pool whose workers all waited deadlocked
+/// (`nested_group_scopes_on_pool_threads_compute_fib` under
+/// `-Zsanitizer=address`).
+#[inline(always)]
 fn approximate_stack_pointer() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp: usize;
+        // SAFETY: reads a register; no memory, stack or flags are touched.
+        unsafe { std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+        sp
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let sp: usize;
+        // SAFETY: as above.
+        unsafe { std::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+        sp
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        address_of_a_local()
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[inline(never)]
+fn address_of_a_local() -> usize {
     let marker = 0u8;
     std::hint::black_box(&marker) as *const u8 as usize
 }
@@ -259,5 +290,29 @@ mod tests {
         let here = approximate_stack_pointer();
         assert!(low < here, "bound {low:#x} above sp {here:#x}");
         assert!(here - low > 64 << 10, "a fresh test thread has more than 64 KiB left");
+    }
+
+    /// The probe is the thread's real stack pointer, on every build: under
+    /// AddressSanitizer the address of a local is on a heap "fake stack",
+    /// which made every wait look out of stack and help nobody.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_probe_lies_within_the_threads_stack() {
+        let probe = |_: ()| {
+            let sp = approximate_stack_pointer();
+            // SAFETY: as in linux_stack_low.
+            let (low, size) = unsafe {
+                let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+                assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+                let mut addr: *mut libc::c_void = std::ptr::null_mut();
+                let mut size: libc::size_t = 0;
+                assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
+                libc::pthread_attr_destroy(&mut attr);
+                (addr as usize, size)
+            };
+            assert!((low..low + size).contains(&sp), "sp {sp:#x} outside the stack {low:#x}+{size:#x}");
+        };
+        probe(());
+        std::thread::spawn(move || probe(())).join().unwrap();
     }
 }
