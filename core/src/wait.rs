@@ -233,6 +233,12 @@ pub(crate) fn stack_low_bound(configured: Option<usize>) -> usize {
 
 #[cfg(target_os = "linux")]
 fn linux_stack_low() -> Option<usize> {
+    linux_stack_bounds().map(|(low, _)| low)
+}
+
+/// The calling thread's stack: its lowest address and its size.
+#[cfg(target_os = "linux")]
+fn linux_stack_bounds() -> Option<(usize, usize)> {
     // SAFETY: a zeroed attr is filled by pthread_getattr_np and destroyed
     // after use; out-pointers are valid locals.
     unsafe {
@@ -244,7 +250,7 @@ fn linux_stack_low() -> Option<usize> {
         let mut size: libc::size_t = 0;
         let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
         libc::pthread_attr_destroy(&mut attr);
-        (ok && !addr.is_null()).then_some(addr as usize)
+        (ok && !addr.is_null()).then_some((addr as usize, size))
     }
 }
 
@@ -300,16 +306,7 @@ mod tests {
     fn the_probe_lies_within_the_threads_stack() {
         let probe = |_: ()| {
             let sp = approximate_stack_pointer();
-            // SAFETY: as in linux_stack_low.
-            let (low, size) = unsafe {
-                let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-                assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
-                let mut addr: *mut libc::c_void = std::ptr::null_mut();
-                let mut size: libc::size_t = 0;
-                assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
-                libc::pthread_attr_destroy(&mut attr);
-                (addr as usize, size)
-            };
+            let (low, size) = linux_stack_bounds().expect("pthread knows the stack");
             assert!((low..low + size).contains(&sp), "sp {sp:#x} outside the stack {low:#x}+{size:#x}");
         };
         probe(());
