@@ -25,6 +25,8 @@ pub(crate) mod compensation;
 mod monitor;
 mod sample;
 
+/// Only `priority.rs`'s Linux nice values need a thread id outside `growth`.
+#[cfg(target_os = "linux")]
 pub(crate) use sample::current_tid;
 
 pub(crate) use compensation::Compensation;
