@@ -42,9 +42,14 @@
 //! contention.
 //!
 //! The orderings are crossbeam's; the differences are growth without
-//! shrinking, buffers retired instead of deferred, and the buffer reload
-//! after a thief's read kept only as a cheap guard (with retained buffers a
-//! stale buffer still holds the claimed index's value; see `steal`).
+//! shrinking, and buffers retired instead of deferred. crossbeam reloads
+//! the buffer after a thief's read and retries if it changed, because a
+//! replaced buffer may be freed; here a thief loads the buffer after
+//! `back` before every read, and that buffer holds the value at index
+//! `front`: the owner takes that index only through the CAS on `front`
+//! while `front` is there, so it cannot pop it and push it again into a
+//! newer buffer under the thief (see `steal`). A batch steal from a LIFO
+//! deque, which claims one index at a time, reloads the buffer for each.
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -453,6 +458,11 @@ impl<T> Stealer<T> {
                     if back.wrapping_sub(front) as isize <= 0 {
                         break;
                     }
+                    // Reloaded after `back`, as in `steal`: between two
+                    // claims the owner may pop this index (while `front` was
+                    // below it), grow, and push it again into the new buffer
+                    // only; the buffer `back` was published with holds it.
+                    let buffer = self.inner.buffer.load(Acquire);
                     let next = unsafe { (*buffer).read(front) };
                     if self.inner.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_err() {
                         break;
