@@ -489,14 +489,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
     fn take_all(q: &Injector<usize>) -> Vec<usize> {
-        let mut out = Vec::new();
-        loop {
-            match q.steal() {
-                Steal::Success(v) => out.push(v),
-                Steal::Empty => return out,
-                Steal::Retry => {}
-            }
-        }
+        crate::deque::drain(|| q.steal())
     }
 
     #[test]

@@ -304,12 +304,12 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_probe_lies_within_the_threads_stack() {
-        let probe = |_: ()| {
+        fn probe() {
             let sp = approximate_stack_pointer();
             let (low, size) = linux_stack_bounds().expect("pthread knows the stack");
             assert!((low..low + size).contains(&sp), "sp {sp:#x} outside the stack {low:#x}+{size:#x}");
-        };
-        probe(());
-        std::thread::spawn(move || probe(())).join().unwrap();
+        }
+        probe();
+        std::thread::spawn(probe).join().unwrap();
     }
 }

@@ -630,10 +630,7 @@ fn deque_pop_races_steal() {
         owner.push(1);
         let stealer = owner.stealer();
         let thief = thread::spawn(move || steal_all(&stealer));
-        let mut got = Vec::new();
-        while let Some(v) = owner.pop() {
-            got.push(v);
-        }
+        let mut got: Vec<usize> = std::iter::from_fn(|| owner.pop()).collect();
         got.extend(thief.join().unwrap());
         assert_each_once(got, 2);
     });
@@ -654,10 +651,7 @@ fn deque_growth_races_steal() {
             _ => vec![],
         });
         owner.push(2);
-        let mut got = Vec::new();
-        while let Some(v) = owner.pop() {
-            got.push(v);
-        }
+        let mut got: Vec<usize> = std::iter::from_fn(|| owner.pop()).collect();
         got.extend(thief.join().unwrap());
         assert_each_once(got, 3);
     });
@@ -679,16 +673,12 @@ fn deque_fifo_batch_steal_races_pop() {
             if let Steal::Success(v) = stealer.steal_batch_and_pop(&own) {
                 got.push(v);
             }
-            while let Some(v) = own.pop() {
-                got.push(v);
-            }
+            got.extend(std::iter::from_fn(|| own.pop()));
             got
         });
         let mut got: Vec<usize> = owner.pop().into_iter().collect();
         got.extend(thief.join().unwrap());
-        while let Some(v) = owner.pop() {
-            got.push(v);
-        }
+        got.extend(std::iter::from_fn(|| owner.pop()));
         assert_each_once(got, 3);
     });
 }

@@ -14,14 +14,7 @@ fn capacity<T>(w: &Worker<T>) -> usize {
 }
 
 fn drain_steals<T>(s: &Stealer<T>) -> Vec<T> {
-    let mut out = Vec::new();
-    loop {
-        match s.steal() {
-            Steal::Success(v) => out.push(v),
-            Steal::Empty => return out,
-            Steal::Retry => {}
-        }
-    }
+    drain(|| s.steal())
 }
 
 #[test]
