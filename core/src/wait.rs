@@ -160,6 +160,7 @@ impl WorkerThread {
 
     /// Runs `job`, found on the own deque by a joiner, if it belongs to the
     /// joiner's region; hands it over otherwise.
+    #[inline]
     pub(crate) fn run_or_hand_over(&self, job: JobRef) {
         if job.tag() == self.region.get() {
             self.execute(job);

@@ -52,7 +52,7 @@
 //! deque, which claims one index at a time, reloads the buffer for each.
 
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
@@ -117,6 +117,18 @@ impl<T> Buffer<T> {
     unsafe fn write(&self, index: usize, value: MaybeUninit<T>) {
         // SAFETY: the caller's contract.
         self.slot(index).with_mut(|p| unsafe { ptr::write(p, value) });
+    }
+
+    /// Moves `*src` into a slot (the caller forgets its copy), under the
+    /// same rule as [`Buffer::write`]. A job is built and tagged with
+    /// 8-byte stores; the compiler's own copy reloads it 16 bytes at a time,
+    /// which cannot be forwarded from those stores and stalls until they
+    /// reach the cache (`perf annotate` put 40 % of a W4 push's cycles
+    /// there). Copying word by word keeps every load inside one store.
+    #[inline(always)]
+    unsafe fn write_from(&self, index: usize, src: *const T) {
+        // SAFETY: the caller's contract.
+        self.slot(index).with_mut(|dst| unsafe { copy_by_words(src, dst.cast::<T>()) });
     }
 
     /// Reads a slot's bytes. A thief reads before claiming: it owns the
@@ -248,6 +260,7 @@ impl<T> Worker<T> {
     /// Pushes a value at the back.
     #[inline]
     pub fn push(&self, value: T) {
+        let value = ManuallyDrop::new(value);
         let back = self.inner.back.load(Relaxed);
         let front = self.inner.front.load(Acquire);
         let mut buffer = self.buffer.get();
@@ -259,7 +272,8 @@ impl<T> Worker<T> {
         }
         // SAFETY: slot `back` is past every claimable index: no thief reads
         // it as a value until `back` is published below.
-        unsafe { (*buffer).write(back, MaybeUninit::new(value)) };
+        // SAFETY: as above; `value` is forgotten, the slot owns it now.
+        unsafe { (*buffer).write_from(back, &*value) };
         // Publishes the slot to thieves (their Acquire load of `back`).
         self.inner.back.store(back.wrapping_add(1), Release);
     }
@@ -497,6 +511,23 @@ fn dest_offset(flavor: Flavor, i: usize, batch: usize) -> usize {
 }
 
 /// Takes with `take` until it reports nothing, retrying lost races.
+/// Copies one `T` from `src` to `dst`, a word at a time when `T` is made
+/// of whole words (see [`Buffer::write_from`]): volatile, so the compiler
+/// does not merge the words back into 16-byte moves.
+#[inline(always)]
+unsafe fn copy_by_words<T>(src: *const T, dst: *mut T) {
+    if size_of::<T>() % size_of::<u64>() == 0 && align_of::<T>() >= align_of::<u64>() {
+        let (src, dst) = (src.cast::<u64>(), dst.cast::<u64>());
+        for i in 0..size_of::<T>() / size_of::<u64>() {
+            // SAFETY: both point to a whole, aligned `T`, so word `i` is in bounds.
+            unsafe { dst.add(i).write_volatile(src.add(i).read_volatile()) };
+        }
+    } else {
+        // SAFETY: the caller's pointers, one `T` each, not overlapping.
+        unsafe { ptr::copy_nonoverlapping(src, dst, 1) };
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn drain<T>(mut take: impl FnMut() -> Steal<T>) -> Vec<T> {
     let mut out = Vec::new();

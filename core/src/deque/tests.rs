@@ -43,6 +43,28 @@ fn fifo_pops_oldest() {
     assert_eq!((w.pop(), w.pop(), w.pop(), w.pop()), (Some(2), Some(3), Some(4), None));
 }
 
+/// `push` copies whole-word values a word at a time and others with one
+/// plain copy: every byte must arrive, in place, through both.
+#[test]
+fn push_moves_every_byte_of_word_and_odd_sized_values() {
+    let words = Worker::new_lifo();
+    let odd = Worker::new_fifo();
+    for i in 0..200u64 {
+        words.push([i, !i, i.rotate_left(17), i ^ 0xA5A5, i + 1, u64::MAX - i]);
+        odd.push([i as u8, (i >> 1) as u8, 0x5A ^ i as u8]);
+    }
+    for i in (0..200u64).rev() {
+        assert_eq!(words.pop(), Some([i, !i, i.rotate_left(17), i ^ 0xA5A5, i + 1, u64::MAX - i]));
+    }
+    for i in 0..200u64 {
+        assert_eq!(odd.pop(), Some([i as u8, (i >> 1) as u8, 0x5A ^ i as u8]));
+    }
+    // A value with a destructor moves once: the Box is freed exactly once.
+    let boxes = Worker::new_lifo();
+    boxes.push((Box::new(7u64), String::from("job")));
+    assert_eq!(boxes.pop().map(|(b, s)| (*b, s)), Some((7, String::from("job"))));
+}
+
 #[test]
 fn grows_keeping_every_value_and_never_shrinks() {
     let w = Worker::new_lifo();
