@@ -133,6 +133,21 @@ impl JobRef {
 }
 
 impl JobRef {
+    /// Runs the job where it lies: [`JobRef::run`] without moving the job
+    /// first. A worker pops a job as six words; moving it copies 16 bytes
+    /// at a time, reloads that cannot be forwarded from those stores
+    /// (`docs/benchmarks.md`, "Store forwarding"), while the job's own
+    /// run function reads its payload a word at a time.
+    ///
+    /// # Safety
+    /// Consumes the job: the caller must forget it afterwards, whether this
+    /// returns or unwinds, and never use or drop it.
+    #[inline(always)]
+    pub(crate) unsafe fn run_in_place(this: &mut JobRef) -> bool {
+        // SAFETY: the caller gives the job up; run consumes its payload once.
+        unsafe { (this.vtable.run)(&mut this.payload) }
+    }
+
     /// Cancels the job; true if a user task was dropped unrun (see
     /// `JobVTable::cancel`).
     pub(crate) fn cancel(self) -> bool {

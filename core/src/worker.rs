@@ -337,7 +337,7 @@ impl WorkerThread {
     /// helping) publishes that region so waiters of the same region know
     /// this worker's deque holds their work.
     #[inline(always)]
-    pub(crate) fn execute(&self, job: JobRef) {
+    pub(crate) fn execute(&self, mut job: JobRef) {
         let registry = &*self.registry;
         registry.on_dequeue();
         // A job a worker took for itself before a cancelling shutdown began
@@ -359,7 +359,9 @@ impl WorkerThread {
         // Nested runs (help-while-waiting) restore the outer task's mark.
         let outer = counters.in_task.load(Relaxed);
         counters.in_task.store(1, Relaxed);
-        let outcome = catch_unwind(AssertUnwindSafe(|| job.run()));
+        // SAFETY: the job is consumed here, and forgotten right after.
+        let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { JobRef::run_in_place(&mut job) }));
+        std::mem::forget(job);
         counters.in_task.store(outer, Relaxed);
         if self.blocking_depth.get() > outer_blocking {
             // The task left a blocking region open (`blocking_begin` with no
