@@ -83,6 +83,14 @@ impl JobRef {
         }
     }
 
+    /// A new job (tag 0) assigned to `region`.
+    #[inline(always)]
+    pub(crate) fn tagged(mut self, region: Tag) -> JobRef {
+        debug_assert_eq!(self.tag, 0, "a job keeps the region it was given first");
+        self.tag = region;
+        self
+    }
+
     /// Marks the job as one a helping waiter must never run.
     pub(crate) fn never_help(mut self) -> JobRef {
         self.tag = TAG_NEVER_HELP;

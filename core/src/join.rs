@@ -106,7 +106,7 @@ where
     let b_ref = unsafe { job_b.job_ref() };
     // SAFETY: a pointer job.
     let b_id = unsafe { b_ref.pointer_id() };
-    worker.registry.push_local(worker, b_ref);
+    worker.registry.push_local(worker, move || b_ref);
     let ra = catch_unwind(AssertUnwindSafe(a));
     while !job_b.latch.probe() {
         match worker.deque.pop() {

@@ -124,9 +124,26 @@ impl WorkerThread {
         let was_empty = self.deque.is_empty();
         self.deque.push(job);
         if was_empty {
-            let woke = self.registry.sleep.notify_after_local_push(region);
-            self.registry.after_notify(woke);
+            self.offer_pushed_work(region);
         }
+    }
+
+    /// [`WorkerThread::push_and_wake`] for a new job (untagged: it joins
+    /// the running task's region), built by `make` in its deque slot: a
+    /// task spawned from a pool thread is never copied on its way there.
+    #[inline(always)]
+    pub(crate) fn push_new_and_wake(&self, make: impl FnOnce() -> JobRef) {
+        let region = self.region.get();
+        let was_empty = self.deque.is_empty();
+        self.deque.push_with(|| make().tagged(region));
+        if was_empty {
+            self.offer_pushed_work(region);
+        }
+    }
+
+    fn offer_pushed_work(&self, region: Tag) {
+        let woke = self.registry.sleep.notify_after_local_push(region);
+        self.registry.after_notify(woke);
     }
 
     #[inline]

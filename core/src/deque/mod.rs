@@ -262,20 +262,39 @@ impl<T> Worker<T> {
     pub fn push(&self, value: T) {
         let value = ManuallyDrop::new(value);
         let back = self.inner.back.load(Relaxed);
-        let front = self.inner.front.load(Acquire);
-        let mut buffer = self.buffer.get();
-        // SAFETY: the owner's buffer is live until the deque is dropped.
-        if back.wrapping_sub(front) >= unsafe { (*buffer).cap() } {
-            // SAFETY: as above.
-            self.grow(2 * unsafe { (*buffer).cap() }, front, back);
-            buffer = self.buffer.get();
-        }
+        let buffer = self.room_for_one(back);
         // SAFETY: slot `back` is past every claimable index: no thief reads
-        // it as a value until `back` is published below.
-        // SAFETY: as above; `value` is forgotten, the slot owns it now.
+        // it as a value until `back` is published below; `value` is
+        // forgotten, the slot owns it now.
         unsafe { (*buffer).write_from(back, &*value) };
         // Publishes the slot to thieves (their Acquire load of `back`).
         self.inner.back.store(back.wrapping_add(1), Release);
+    }
+
+    /// Pushes the value `make` returns, built in its slot rather than built
+    /// and then copied there (a copy of a job costs; see
+    /// [`Buffer::write_from`]). If `make` panics the deque is unchanged.
+    #[inline(always)]
+    pub fn push_with(&self, make: impl FnOnce() -> T) {
+        let back = self.inner.back.load(Relaxed);
+        let buffer = self.room_for_one(back);
+        // SAFETY: as in `push`.
+        unsafe { (*buffer).write(back, MaybeUninit::new(make())) };
+        self.inner.back.store(back.wrapping_add(1), Release);
+    }
+
+    /// The buffer, grown first if it has no free slot at `back`.
+    #[inline(always)]
+    fn room_for_one(&self, back: usize) -> *mut Buffer<T> {
+        let front = self.inner.front.load(Acquire);
+        let buffer = self.buffer.get();
+        // SAFETY: the owner's buffer is live until the deque is dropped.
+        let cap = unsafe { (*buffer).cap() };
+        if back.wrapping_sub(front) < cap {
+            return buffer;
+        }
+        self.grow(2 * cap, front, back);
+        self.buffer.get()
     }
 
     /// Pushes `n` values, `value(0)` first, publishing them with one store

@@ -210,6 +210,8 @@ impl Registry {
                 // `perf annotate` on the C flood's submitter).
                 if here.should_sample_delay() {
                     self.enqueue_sampled(worker, into_job(task), global);
+                } else if let Some(worker) = worker.filter(|_| !global) {
+                    worker.push_new_and_wake(|| into_job(task));
                 } else {
                     self.enqueue(worker, into_job(task), global);
                 }
@@ -232,10 +234,14 @@ impl Registry {
         self.push_uncounted(self.current_worker(), job.never_help(), true);
     }
 
-    /// `push_internal` for a caller that knows it is `worker` of this pool.
-    #[inline]
-    pub(crate) fn push_local(self: &Arc<Self>, worker: &WorkerThread, job: JobRef) {
-        self.push_uncounted(Some(worker), job, false);
+    /// `push_internal` of a new job for a caller that knows it is `worker`
+    /// of this pool: `make`'s job is built in its deque slot.
+    #[inline(always)]
+    pub(crate) fn push_local(self: &Arc<Self>, worker: &WorkerThread, make: impl FnOnce() -> JobRef) {
+        if self.tracks_queue {
+            self.queued.fetch_add(1, SeqCst);
+        }
+        worker.push_new_and_wake(make);
     }
 
     #[inline]
