@@ -210,10 +210,12 @@ impl Registry {
                 // `perf annotate` on the C flood's submitter).
                 if here.should_sample_delay() {
                     self.enqueue_sampled(worker, into_job(task), global);
-                } else if let Some(worker) = worker.filter(|_| !global) {
-                    worker.push_new_and_wake(|| into_job(task));
                 } else {
-                    self.enqueue(worker, into_job(task), global);
+                    match worker {
+                        Some(worker) if !global => worker.push_new_and_wake(|| into_job(task)),
+                        Some(_) => self.enqueue(worker, into_job(task), true),
+                        None => self.enqueue(None, into_job(task), global),
+                    }
                 }
                 Ok(())
             }
