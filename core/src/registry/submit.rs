@@ -178,6 +178,7 @@ impl Registry {
 
     /// Admission, then the push. `into_job` boxes the task only once it is
     /// admitted.
+    #[inline(always)]
     pub(crate) fn submit_job<F>(
         self: &Arc<Self>,
         task: F,
