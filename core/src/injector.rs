@@ -48,8 +48,9 @@
 //! the allocator, so what the queue keeps beyond its contents is bounded.
 //!
 //! `tests/loom.rs` runs this code (with 3-slot blocks) under loom; the unit
-//! tests below run it on real threads (3 producers, 3 consumers, singles
-//! and batches), and every pool test goes through it.
+//! tests below run it on real threads (3 producers, one of them pushing
+//! runs, 3 consumers, singles and batches), and every pool test goes
+//! through it.
 
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -190,6 +191,40 @@ impl<T> Injector<T> {
             }
         }
         self.push_contended(value);
+    }
+
+    /// Appends up to `max` values, made by `make` one after the other, and
+    /// returns how many (at least one). A run of them inside the tail
+    /// block, short of its last slot, is reserved with one CAS (a batch
+    /// submission otherwise pays one per task, the submitter's dearest
+    /// instruction in a flood); at a block's last slot it pushes one value
+    /// the ordinary way, which installs the next block.
+    ///
+    /// `make` runs after its slot is reserved: if it unwound, takers would
+    /// wait forever for the slot, so that aborts the process instead.
+    #[inline]
+    pub fn push_run(&self, max: usize, mut make: impl FnMut() -> T) -> usize {
+        debug_assert!(max > 0);
+        let tail = self.tail.index.load(Acquire);
+        let offset = (tail >> SHIFT) % LAP;
+        // Offset `BLOCK_CAP` (a block being installed) leaves no room either.
+        let run = (BLOCK_CAP - 1).saturating_sub(offset).min(max);
+        if run > 0 {
+            let block = self.tail.block.load(Acquire);
+            if self.tail.index.compare_exchange_weak(tail, tail + (run << SHIFT), SeqCst, Acquire).is_ok() {
+                let abort = crate::worker::AbortOnUnwind("a batch push with reserved slots");
+                for i in 0..run {
+                    // SAFETY: the CAS gave this thread the `run` slots from
+                    // `offset`, all inside `block` (which lives until they
+                    // are read), each written once here.
+                    unsafe { Self::write(block, offset + i, make()) };
+                }
+                std::mem::forget(abort);
+                return run;
+            }
+        }
+        self.push(make());
+        1
     }
 
     #[cold]
@@ -557,9 +592,9 @@ mod tests {
         assert_eq!(dropped.load(Relaxed), 200);
     }
 
-    /// Several producers and consumers, single takes and batches mixed:
-    /// every value comes out exactly once and each producer's values in
-    /// its order.
+    /// Several producers (one pushing runs) and consumers, single takes
+    /// and batches mixed: every value comes out exactly once and each
+    /// producer's values in its order.
     #[test]
     fn concurrent_producers_and_consumers_take_each_value_once_in_order() {
         const PRODUCERS: usize = 3;
@@ -571,8 +606,23 @@ mod tests {
             for p in 0..PRODUCERS {
                 let q = &q;
                 s.spawn(move || {
-                    for i in 0..PER {
-                        q.push(p * PER + i);
+                    if p == PRODUCERS - 1 {
+                        // Runs of 1 to 40 values (`push_run`) across block ends.
+                        let mut next = 0;
+                        while next < PER {
+                            let max = (1 + next % 40).min(PER - next);
+                            let before = next;
+                            let pushed = q.push_run(max, || {
+                                next += 1;
+                                p * PER + next - 1
+                            });
+                            assert_eq!(pushed, next - before);
+                            assert!((1..=max).contains(&pushed));
+                        }
+                    } else {
+                        for i in 0..PER {
+                            q.push(p * PER + i);
+                        }
                     }
                 });
             }

@@ -601,6 +601,60 @@ fn global_queue_keeps_each_value_once_across_a_block_end_and_reuse() {
     });
 }
 
+/// The real global queue's run push (`Injector::push_run`, what a batch
+/// submission uses): a producer pushes four values in runs while a batch
+/// taker and the main thread take. Under loom a block has 3 slots, so the
+/// producer's first run stops short of the block's last slot, that slot
+/// is pushed alone (installing the next block) and the rest goes into the
+/// next block. Every value comes out exactly once, in the producer's order.
+#[test]
+fn global_queue_runs_keep_each_value_once_across_a_block_end() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let q = Arc::new(GlobalQueue::new());
+        let producer = {
+            let q = q.clone();
+            thread::spawn(move || {
+                let mut next: u32 = 10;
+                while next < 14 {
+                    q.push_run(14 - next as usize, || {
+                        next += 1;
+                        next - 1
+                    });
+                }
+            })
+        };
+        let batch_taker = {
+            let q = q.clone();
+            thread::spawn(move || {
+                let dest = Worker::new_fifo();
+                let mut got = Vec::new();
+                if let Steal::Success(v) = q.steal_batch_with_limit_and_pop(&dest, 2) {
+                    got.push(v);
+                    while let Some(v) = dest.pop() {
+                        got.push(v);
+                    }
+                }
+                got
+            })
+        };
+        let mut mine: Vec<u32> = take_one(&q).into_iter().collect();
+        producer.join().unwrap();
+        let theirs = batch_taker.join().unwrap();
+        for got in [&mine, &theirs] {
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "producer's values out of order: {got:?}");
+        }
+        while let Some(v) = take_one(&q) {
+            mine.push(v);
+        }
+        let mut all: Vec<u32> = mine.iter().chain(&theirs).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, [10, 11, 12, 13]);
+        assert!(q.is_empty());
+    });
+}
+
 /// Every value taken once, whoever took it.
 fn assert_each_once(mut got: Vec<usize>, n: usize) {
     got.sort_unstable();

@@ -59,9 +59,7 @@ impl Registry {
                 // the first push, like a single submission, so `completed`
                 // never runs ahead of `submitted` in the stats.
                 self.count_submitted_n(worker, tasks.len());
-                for task in tasks.by_ref() {
-                    pusher.push(build(task, &mut accepted));
-                }
+                pusher.push_all(&mut tasks, |task| build(task, &mut accepted));
                 pusher.finish();
                 drop(open);
                 break;
@@ -125,16 +123,52 @@ struct Pusher<'a> {
 
 impl Pusher<'_> {
     fn push(&mut self, job: JobRef) {
-        self.tick = self.tick.wrapping_add(1);
-        let sample = self.tick.is_multiple_of(stats::DELAY_SAMPLE_EVERY);
-        let mut job = if sample { super::submit::sampled(job) } else { job };
         match self.worker {
             // The worker's own deque: `push_and_wake` wakes only when the
             // deque was empty, so a batch wakes at most once here too.
             Some(worker) if !self.global => {
+                let job = self.sample(job);
                 worker.push_and_wake(job);
-                return;
             }
+            _ => {
+                let job = self.for_injector(job);
+                self.registry.injector.push(job);
+            }
+        }
+    }
+
+    /// Pushes what `tasks` has left, in order: into the injector a run of
+    /// slots per CAS (`Injector::push_run`), each job built in its slot.
+    fn push_all<F>(&mut self, tasks: &mut impl ExactSizeIterator<Item = F>, mut build: impl FnMut(F) -> JobRef) {
+        if matches!(self.worker, Some(_) if !self.global) {
+            for task in tasks {
+                self.push(build(task));
+            }
+            return;
+        }
+        let injector = &self.registry.injector;
+        while tasks.len() > 0 {
+            // `build` cannot unwind: it only wraps the task (see
+            // `submit_batch`'s callers), as `push_run` requires.
+            injector.push_run(tasks.len(), || {
+                let task = tasks.next().expect("push_run asks for at most what is left");
+                self.for_injector(build(task))
+            });
+        }
+    }
+
+    /// One submission in `DELAY_SAMPLE_EVERY` is wrapped to time its
+    /// queue delay, as in `submit_job`.
+    fn sample(&mut self, job: JobRef) -> JobRef {
+        self.tick = self.tick.wrapping_add(1);
+        if self.tick.is_multiple_of(stats::DELAY_SAMPLE_EVERY) { super::submit::sampled(job) } else { job }
+    }
+
+    /// A job bound for the injector: sampled, tagged as in `enqueue`, and
+    /// noted for `finish`'s wake-up.
+    fn for_injector(&mut self, job: JobRef) -> JobRef {
+        let mut job = self.sample(job);
+        match self.worker {
             Some(worker) => {
                 job.tag_if_unset(|| worker.region.get());
                 self.region = Some(Some(job.tag()));
@@ -144,7 +178,7 @@ impl Pusher<'_> {
             // unrelated as tasks submitted apart.
             None => self.region = Some(None),
         }
-        self.registry.injector.push(job);
+        job
     }
 
     /// Wakes for the injector's new jobs (their pushes' SeqCst CAS orders
