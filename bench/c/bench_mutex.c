@@ -102,7 +102,7 @@ int main(void) {
     mpool p;
     mp_init(&p);
     sem_init(&done, 0, 0);
-    target = W1_TASKS;
+    flood_arm(W1_TASKS);
     uint64_t t0 = now_ns();
     for (int i = 0; i < W1_TASKS; i++) mp_submit(&p, tiny, NULL);
     sem_wait(&done);
@@ -111,7 +111,7 @@ int main(void) {
     /* W1 in batches */
     item batch[W1_BATCH];
     for (int i = 0; i < W1_BATCH; i++) batch[i] = (item){tiny, NULL};
-    atomic_store(&counter, 0);
+    flood_arm(W1_TASKS);
     t0 = now_ns();
     for (int i = 0; i < W1_TASKS; i += W1_BATCH)
         mp_submit_batch(&p, batch, (size_t)(W1_TASKS - i < W1_BATCH ? W1_TASKS - i : W1_BATCH));

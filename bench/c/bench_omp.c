@@ -21,6 +21,52 @@ static long fib_omp(int n) {
     return a + b;
 }
 
+static double run_w2(void *unused) {
+    (void)unused;
+    long r = 0;
+    uint64_t t0 = 0, t1 = 0;
+#pragma omp parallel
+#pragma omp single
+    {
+        t0 = now_ns();
+        r = fib_omp(W2_FIB);
+        t1 = now_ns();
+    }
+    if (r != fib_seq(W2_FIB)) {
+        fprintf(stderr, "fib wrong\n");
+        exit(1);
+    }
+    return (t1 - t0) / 1e6;
+}
+
+static double run_w4(void *unused) {
+    (void)unused;
+    uint64_t t0 = 0, t1 = 0;
+    atomic_store(&counter, 0);
+#pragma omp parallel
+#pragma omp single
+    {
+        t0 = now_ns();
+        for (int i = 0; i < W4_ROOTS; i++) {
+#pragma omp task
+            {
+                for (int j = 0; j < W4_CHILDREN; j++) {
+#pragma omp task
+                    atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
+                }
+#pragma omp taskwait
+            }
+        }
+#pragma omp taskwait
+        t1 = now_ns();
+    }
+    if (atomic_load(&counter) != (long)W4_ROOTS * W4_CHILDREN) {
+        fprintf(stderr, "W4 count wrong\n");
+        exit(1);
+    }
+    return W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6;
+}
+
 int main(void) {
     omp_set_num_threads(2);
     uint64_t t0 = 0, t1 = 0;
@@ -39,16 +85,7 @@ int main(void) {
     printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
     report_idle();
 
-    long r = 0;
-#pragma omp parallel
-#pragma omp single
-    {
-        t0 = now_ns();
-        r = fib_omp(W2_FIB);
-        t1 = now_ns();
-    }
-    if (r != fib_seq(W2_FIB)) return 1;
-    printf("W2_ms %.2f\n", (t1 - t0) / 1e6);
+    printf("W2_ms %.2f\n", warm_median(run_w2, NULL));
 
     uint64_t *lat = malloc(sizeof(uint64_t) * W3_ROUNDS);
 #pragma omp parallel
@@ -82,25 +119,6 @@ int main(void) {
     printf("W3h_p99_us %.2f\n", lat[(int)(W3_ROUNDS * 0.99)] / 1e3);
     free(lat);
 
-    atomic_store(&counter, 0);
-#pragma omp parallel
-#pragma omp single
-    {
-        t0 = now_ns();
-        for (int i = 0; i < W4_ROOTS; i++) {
-#pragma omp task
-            {
-                for (int j = 0; j < W4_CHILDREN; j++) {
-#pragma omp task
-                    atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
-                }
-#pragma omp taskwait
-            }
-        }
-#pragma omp taskwait
-        t1 = now_ns();
-    }
-    if (atomic_load(&counter) != (long)W4_ROOTS * W4_CHILDREN) return 1;
-    printf("W4_mtps %.2f\n", W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6);
+    printf("W4_mtps %.2f\n", warm_median(run_w4, NULL));
     return 0;
 }

@@ -14,7 +14,8 @@ static wspool *pool;
 
 static void nop(void *arg) { (void)arg; }
 
-static double run_fib(wspool_fn fn) {
+static double run_fib(void *fn_ptr) {
+    wspool_fn fn = *(wspool_fn *)fn_ptr;
     fib_t f = {W2_FIB, 0};
     wspool_task *t;
     uint64_t t0 = now_ns();
@@ -29,6 +30,25 @@ static double run_fib(wspool_fn fn) {
     return (t1 - t0) / 1e6;
 }
 
+/* W4: the roots through a heap group, each root's children through a
+ * group placed on its stack. */
+static double run_w4(void *unused) {
+    (void)unused;
+    atomic_long kids = 0;
+    wspool_group *g;
+    wspool_group_create(pool, &g);
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < W4_ROOTS; i++) wspool_group_submit(g, root_placed, &kids);
+    wspool_group_wait(g, -1);
+    uint64_t t1 = now_ns();
+    wspool_group_destroy(g);
+    if (atomic_load(&kids) != (long)W4_ROOTS * W4_CHILDREN) {
+        fprintf(stderr, "W4 count wrong\n");
+        exit(1);
+    }
+    return W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6;
+}
+
 int main(void) {
     wspool_config cfg;
     wspool_config_init(&cfg);
@@ -38,8 +58,7 @@ int main(void) {
     sem_init(&done, 0, 0);
 
     /* W1 */
-    atomic_store(&counter, 0);
-    target = W1_TASKS;
+    flood_arm(W1_TASKS);
     uint64_t t0 = now_ns();
     for (int i = 0; i < W1_TASKS; i++) wspool_submit(pool, tiny, NULL);
     sem_wait(&done);
@@ -48,7 +67,7 @@ int main(void) {
     /* W1 in batches */
     wspool_batch_item batch[W1_BATCH];
     for (int i = 0; i < W1_BATCH; i++) batch[i] = (wspool_batch_item){tiny, NULL};
-    atomic_store(&counter, 0);
+    flood_arm(W1_TASKS);
     t0 = now_ns();
     for (int i = 0; i < W1_TASKS; i += W1_BATCH) {
         size_t n = (size_t)(W1_TASKS - i < W1_BATCH ? W1_TASKS - i : W1_BATCH), accepted;
@@ -60,9 +79,10 @@ int main(void) {
     /* W5 right after the floods */
     report_idle();
 
-    printf("W2_ms %.2f\n", run_fib(fib_join));
-    printf("W2g_ms %.2f\n", run_fib(fib_group));
-    printf("W2gh_ms %.2f\n", run_fib(fib_group_heap));
+    wspool_fn w2_join = fib_join, w2_group = fib_group, w2_heap = fib_group_heap;
+    printf("W2_ms %.2f\n", warm_median(run_fib, &w2_join));
+    printf("W2g_ms %.2f\n", warm_median(run_fib, &w2_group));
+    printf("W2gh_ms %.2f\n", warm_median(run_fib, &w2_heap));
 
     /* W3 */
     uint64_t *lat = malloc(sizeof(uint64_t) * W3_ROUNDS);
@@ -77,17 +97,7 @@ int main(void) {
     report_latency(lat, W3_ROUNDS);
     free(lat);
 
-    /* W4 */
-    atomic_long kids = 0;
-    wspool_group *g;
-    wspool_group_create(pool, &g);
-    t0 = now_ns();
-    for (int i = 0; i < W4_ROOTS; i++) wspool_group_submit(g, root_placed, &kids);
-    wspool_group_wait(g, -1);
-    t1 = now_ns();
-    wspool_group_destroy(g);
-    if (atomic_load(&kids) != (long)W4_ROOTS * W4_CHILDREN) return 1;
-    printf("W4_mtps %.2f\n", W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6);
+    printf("W4_mtps %.2f\n", warm_median(run_w4, NULL));
 
     wspool_destroy(pool);
     return 0;

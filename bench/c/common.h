@@ -8,7 +8,11 @@
  *   W2gh_ms   the same with a heap group per join (wspool only), ms
  *   W3_p50_us / W3_p99_us   ping-pong: submit one task, wait for it, 50,000 times
  *   W4_mtps   nested: 200 roots each spawn 1,000 children and wait, M tasks/s
- *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 and W1b */
+ *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 and W1b
+ * W2 (every variant) and W4 run W_WARM times unmeasured, then W_REPS times,
+ * in the same process, and print the median: a fork-join of a few ms
+ * measured once per fresh process measured its cold start as much as the
+ * work (one process's repetitions read 15.7 ms first and 8.2 ms later). */
 #ifndef WSPOOL_BENCH_COMMON_H
 #define WSPOOL_BENCH_COMMON_H
 
@@ -25,6 +29,8 @@
 #define W4_ROOTS 200
 #define W4_CHILDREN 1000
 #define W5_SECONDS 2
+#define W_WARM 1
+#define W_REPS 5
 
 static inline uint64_t now_ns(void) {
     struct timespec ts;
@@ -41,6 +47,20 @@ static inline double cpu_ms(void) {
 static inline int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median of W_REPS measurements taken after W_WARM unmeasured runs:
+ * `measure(ctx)` runs the workload once and returns its figure. */
+static inline int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static inline double warm_median(double (*measure)(void *), void *ctx) {
+    double v[W_REPS];
+    for (int i = 0; i < W_WARM; i++) measure(ctx);
+    for (int i = 0; i < W_REPS; i++) v[i] = measure(ctx);
+    qsort(v, W_REPS, sizeof *v, cmp_double);
+    return v[W_REPS / 2];
 }
 
 /* Sorts samples and prints p50/p99 in microseconds. */

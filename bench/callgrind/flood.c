@@ -28,8 +28,7 @@
 
 /* One flood of n tasks; batch 0 = one wspool_submit per task. */
 static int flood(wspool *pool, long n, size_t batch, int measured) {
-    atomic_store(&counter, 0);
-    target = n;
+    flood_arm(n);
     if (measured) CALLGRIND_ZERO_STATS;
     if (batch == 0) {
         for (long i = 0; i < n; i++)
