@@ -144,8 +144,8 @@ impl JobRef {
     /// Runs the job where it lies: [`JobRef::run`] without moving the job
     /// first. A worker pops a job as six words; moving it copies 16 bytes
     /// at a time, reloads that cannot be forwarded from those stores
-    /// (`docs/benchmarks.md`, "Store forwarding"), while the job's own
-    /// run function reads its payload a word at a time.
+    /// (`docs/benchmarks.md`, "Copies of a job, and store forwarding"),
+    /// while the job's own run function reads its payload a word at a time.
     ///
     /// # Safety
     /// Consumes the job: the caller must forget it afterwards, whether this

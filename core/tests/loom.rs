@@ -7,7 +7,9 @@
 //! wake_worker, notify_all, the searching counters) and `Compensation` is
 //! the production code, compiled against loom's primitives through the
 //! `sync` shim, and so is the global queue (`injector.rs`, 3-slot blocks
-//! under loom), which `global_queue_*` below check on their own. In the
+//! under loom), which `global_queue_*` below check on their own (single
+//! pushes across a block end and a reused block, and a batch's run pushes,
+//! `Injector::push_run`, across a block end). In the
 //! sleep models the deques are models (`Deque`, `Injector` below) with
 //! the real deques' orderings on the words that matter: a local push publishes
 //! with a Release store and no fence; `is_empty` loads behind a SeqCst fence.
