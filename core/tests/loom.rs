@@ -538,6 +538,39 @@ fn take_one(q: &GlobalQueue<u32>) -> Option<u32> {
     }
 }
 
+/// A thread that takes one batch of up to 2 values from the real global
+/// queue, and returns them in the order taken.
+fn spawn_batch_taker(q: &Arc<GlobalQueue<u32>>) -> thread::JoinHandle<Vec<u32>> {
+    let q = q.clone();
+    thread::spawn(move || {
+        let dest = Worker::new_fifo();
+        let mut got = Vec::new();
+        if let Steal::Success(v) = q.steal_batch_with_limit_and_pop(&dest, 2) {
+            got.push(v);
+            while let Some(v) = dest.pop() {
+                got.push(v);
+            }
+        }
+        got
+    })
+}
+
+/// After the producer and the batch taker joined: each taker got the
+/// producer's values (those below 20) in their order, and with what is
+/// left drained, every value came out exactly once.
+fn assert_taken_once(q: &GlobalQueue<u32>, mut mine: Vec<u32>, theirs: Vec<u32>, expected: [u32; 4]) {
+    for got in [&mine, &theirs] {
+        let order: Vec<_> = got.iter().filter(|&&v| v < 20).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "producer's values out of order: {got:?}");
+    }
+    while let Some(v) = take_one(q) {
+        mine.push(v);
+    }
+    let mut all: Vec<u32> = mine.iter().chain(&theirs).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, expected);
+}
+
 /// The real global queue (`injector.rs`): two blocks (3 slots each under
 /// loom) are filled and emptied first, so the queue now works in a reused
 /// block (its slot states reset by whoever retired it); then a
@@ -569,34 +602,12 @@ fn global_queue_keeps_each_value_once_across_a_block_end_and_reuse() {
                 }
             })
         };
-        let batch_taker = {
-            let q = q.clone();
-            thread::spawn(move || {
-                let dest = Worker::new_fifo();
-                let mut got = Vec::new();
-                if let Steal::Success(v) = q.steal_batch_with_limit_and_pop(&dest, 2) {
-                    got.push(v);
-                    while let Some(v) = dest.pop() {
-                        got.push(v);
-                    }
-                }
-                got
-            })
-        };
+        let batch_taker = spawn_batch_taker(&q);
         q.push(20);
-        let mut mine: Vec<u32> = take_one(&q).into_iter().collect();
+        let mine: Vec<u32> = take_one(&q).into_iter().collect();
         producer.join().unwrap();
         let theirs = batch_taker.join().unwrap();
-        for got in [&mine, &theirs] {
-            let order: Vec<_> = got.iter().filter(|&&v| v < 20).collect();
-            assert!(order.windows(2).all(|w| w[0] < w[1]), "producer's values out of order: {got:?}");
-        }
-        while let Some(v) = take_one(&q) {
-            mine.push(v);
-        }
-        let mut all: Vec<u32> = mine.iter().chain(&theirs).copied().collect();
-        all.sort_unstable();
-        assert_eq!(all, [10, 11, 12, 20]);
+        assert_taken_once(&q, mine, theirs, [10, 11, 12, 20]);
         q.push(30);
         assert_eq!(take_one(&q), Some(30));
         assert!(q.is_empty());
@@ -627,32 +638,11 @@ fn global_queue_runs_keep_each_value_once_across_a_block_end() {
                 }
             })
         };
-        let batch_taker = {
-            let q = q.clone();
-            thread::spawn(move || {
-                let dest = Worker::new_fifo();
-                let mut got = Vec::new();
-                if let Steal::Success(v) = q.steal_batch_with_limit_and_pop(&dest, 2) {
-                    got.push(v);
-                    while let Some(v) = dest.pop() {
-                        got.push(v);
-                    }
-                }
-                got
-            })
-        };
-        let mut mine: Vec<u32> = take_one(&q).into_iter().collect();
+        let batch_taker = spawn_batch_taker(&q);
+        let mine: Vec<u32> = take_one(&q).into_iter().collect();
         producer.join().unwrap();
         let theirs = batch_taker.join().unwrap();
-        for got in [&mine, &theirs] {
-            assert!(got.windows(2).all(|w| w[0] < w[1]), "producer's values out of order: {got:?}");
-        }
-        while let Some(v) = take_one(&q) {
-            mine.push(v);
-        }
-        let mut all: Vec<u32> = mine.iter().chain(&theirs).copied().collect();
-        all.sort_unstable();
-        assert_eq!(all, [10, 11, 12, 13]);
+        assert_taken_once(&q, mine, theirs, [10, 11, 12, 13]);
         assert!(q.is_empty());
     });
 }
