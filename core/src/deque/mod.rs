@@ -529,7 +529,6 @@ fn dest_offset(flavor: Flavor, i: usize, batch: usize) -> usize {
     }
 }
 
-/// Takes with `take` until it reports nothing, retrying lost races.
 /// Copies one `T` from `src` to `dst`, a word at a time when `T` is made
 /// of whole words (see [`Buffer::write_from`]): volatile, so the compiler
 /// does not merge the words back into 16-byte moves.
@@ -547,6 +546,7 @@ unsafe fn copy_by_words<T>(src: *const T, dst: *mut T) {
     }
 }
 
+/// Takes with `take` until it reports nothing, retrying lost races.
 #[cfg(test)]
 pub(crate) fn drain<T>(mut take: impl FnMut() -> Steal<T>) -> Vec<T> {
     let mut out = Vec::new();

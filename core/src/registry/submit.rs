@@ -1,6 +1,6 @@
 //! Submission: the open-check and its in-flight ticket (what makes shutdown
 //! a closing point), admission against the queue capacity and the reject
-//! policy, and the one place a job enters a queue.
+//! policy, and where a submitted job enters a queue.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -241,23 +241,30 @@ impl Registry {
     /// of this pool: `make`'s job is built in its deque slot.
     #[inline(always)]
     pub(crate) fn push_local(self: &Arc<Self>, worker: &WorkerThread, make: impl FnOnce() -> JobRef) {
-        if self.tracks_queue {
-            self.queued.fetch_add(1, SeqCst);
-        }
+        self.count_queued_uncounted();
         worker.push_new_and_wake(make);
     }
 
     #[inline]
     fn push_uncounted(self: &Arc<Self>, worker: Option<&WorkerThread>, job: JobRef, global: bool) {
-        if self.tracks_queue {
-            self.queued.fetch_add(1, SeqCst);
-        }
+        self.count_queued_uncounted();
         self.enqueue(worker, job, global);
     }
 
-    /// The one place a job enters a queue: the calling worker's own deque
-    /// unless `global` (or the caller is not a worker of this pool), else the
-    /// injector. The job joins the submitting task's isolation region; a job
+    /// A job that bypassed admission still occupies the queue while it
+    /// waits there (`on_dequeue` takes it off).
+    #[inline(always)]
+    fn count_queued_uncounted(&self) {
+        if self.tracks_queue {
+            self.queued.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// Where a submitted job enters a queue (a new job from a pool thread
+    /// goes through `WorkerThread::push_new_and_wake` instead, built in
+    /// its slot, and a batch through `batch.rs`'s `Pusher`, under the same
+    /// rules): the calling worker's own deque unless `global` (or the
+    /// caller is not a worker of this pool), else the injector. The job joins the submitting task's isolation region; a job
     /// from outside the pool keeps tag 0 and gets a fresh region when it
     /// starts (`WorkerThread::region_of`), which no waiter can take it before:
     /// waiters never take from the injector. The injector's push reserves its
