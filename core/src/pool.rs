@@ -129,7 +129,8 @@ impl Pool {
     // Inlined so that default options fold to the plain submission: the C
     // API's `wspool_submit` paid a second frame per task for these checks
     // while the compiler kept this out of line (`#[inline]` alone did not
-    // change that: 228 instructions per C submission either way, 210 now).
+    // change that: 228 instructions per C submission either way, 210 with
+    // `#[inline(always)]`; docs/benchmarks.md has the later counts).
     #[inline(always)]
     pub fn spawn_with<F: FnOnce() + Send + 'static>(&self, opts: SpawnOptions<'_>, f: F) -> Result<(), SpawnError<F>> {
         if let Err(kind) = self.check_owner(&opts) {

@@ -36,10 +36,10 @@
 //! buffer to wrap around under a stalled thief (its `front` is then stale
 //! and its CAS fails, so the bytes it copied are never used as a value).
 //! crossbeam-deque makes the same read, as a volatile one, for the same
-//! reason. loom reports any such
-//! race as an error, so the loom models (`tests/loom.rs`, `deque_*`)
-//! exercise growth and the last-value race without wrap-around, and
-//! `tests.rs` here races wrap-around on real threads.
+//! reason. loom reports any such race as an error, so the loom models
+//! (`tests/loom.rs`, `deque_*`) exercise growth and the last-value race
+//! without wrap-around, and `tests.rs` here races wrap-around on real
+//! threads.
 //!
 //! The orderings are crossbeam's; the differences are growth without
 //! shrinking, and buffers retired instead of deferred. crossbeam reloads
