@@ -65,8 +65,15 @@ test-rust:
 	$(CARGO) test --release -p wspool
 
 # The same tests in a debug build: overflow checks and debug assertions on.
+# Then the benchmark crate: its harness's tests, the peers of the C run
+# once each (they check their own counts), and a check that `make bench`'s
+# suite still builds.
 test-rust-debug:
 	$(CARGO) test -p wspool
+	$(CARGO) test -p wspool-bench
+	target/debug/examples/c_run_peer wspool > /dev/null
+	target/debug/examples/c_run_peer rayon > /dev/null
+	$(CARGO) check -q -p wspool-bench --benches
 
 # The loom models of the sleep/wake, waiter and compensation protocols and of
 # the deques; then the same models with the local-push fence, and with the

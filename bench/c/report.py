@@ -6,19 +6,26 @@ import sys
 from collections import defaultdict
 
 ROWS = [
-    ("W1_mtps", "W1 flood, M tasks/s (higher is better)", True),
+    ("W1_mtps", "W1 flood, M tasks/s (Rust: Pool::spawn, rayon: ThreadPool::spawn; higher is better)", True),
     ("W1b_mtps", "W1 flood in batches of 256, M tasks/s (wspool_submit_batch; mutex pool: one lock per batch)", True),
-    ("W2_ms", "W2 fork-join fib(25), ms (wspool_join; oneTBB: task_group; lower is better)", False),
+    ("W2_ms", "W2 fork-join fib(25), ms (wspool_join; Rust: join; oneTBB: task_group; lower is better)", False),
     ("W2g_ms", "W2 fork-join fib(25), ms (a group per join, wspool_group_init on the stack)", False),
     ("W2gh_ms", "W2 fork-join fib(25), ms (a heap group per join: wspool_group_create)", False),
     ("W3_p50_us", "W3 ping-pong p50, µs (lower is better)", False),
     ("W3_p99_us", "W3 ping-pong p99, µs", False),
     ("W3h_p50_us", "W3 OpenMP hand-off variant p50, µs (see note)", False),
     ("W3h_p99_us", "W3 OpenMP hand-off variant p99, µs", False),
-    ("W4_mtps", "W4 nested, M tasks/s (higher is better)", True),
+    ("W4_mtps", "W4 nested, M tasks/s (Rust: group_scope per root; rayon: scope per root; higher is better)", True),
     ("W5_cpu_ms_per_s", "W5 idle CPU after W1, ms per s", False),
 ]
-NAMES = {"wspool": "wspool (C API)", "mutex": "mutex+condvar pool", "omp": "OpenMP tasks (libgomp)", "tbb": "oneTBB"}
+NAMES = {
+    "wspool": "wspool (C API)",
+    "mutex": "mutex+condvar pool",
+    "omp": "OpenMP tasks (libgomp)",
+    "tbb": "oneTBB",
+    "rust": "wspool (Rust API)",
+    "rayon": "rayon",
+}
 
 
 def main(path, reps):
@@ -74,6 +81,14 @@ def main(path, reps):
     r = ratio("W4_mtps", "tbb")
     if r is not None:
         checks.append(f"W4: wspool / oneTBB = {r:.2f}x (target >= 1x): {'met' if r >= 1 else 'NOT met'}")
+    # The Rust API's figures, from the same interleaved rounds and measured
+    # the same way (bench/examples/c_run_peer.rs).
+    if ("rust", "W4_mtps") in med and ("tbb", "W4_mtps") in med:
+        r = med[("rust", "W4_mtps")] / med[("tbb", "W4_mtps")]
+        checks.append(f"W4 through Rust (group_scope): wspool / oneTBB = {r:.2f}x (target >= 1x): {'met' if r >= 1 else 'NOT met'}")
+    if ("rust", "W2_ms") in med and ("rayon", "W2_ms") in med:
+        r = med[("rust", "W2_ms")] / med[("rayon", "W2_ms")]
+        checks.append(f"W2 through Rust: wspool::join / rayon::join = {r:.2f}x (target <= 1x): {'met' if r <= 1 else 'NOT met'}")
     for c in checks:
         print("- " + c)
 

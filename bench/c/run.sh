@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make bench-c: builds the C benchmarks (wspool's C API, a mutex+condvar
-# pool, OpenMP tasks, oneTBB), runs each BENCH_C_REPS times (default 5),
-# interleaved, and prints a markdown table of medians (bench/c/report.py).
+# pool, OpenMP tasks, oneTBB) and the Rust peers (wspool's Rust API and
+# rayon: bench/examples/c_run_peer.rs, measured the same way), runs each
+# BENCH_C_REPS times (default 5), interleaved, and prints a markdown table
+# of medians (bench/c/report.py).
 # Installs Debian's libtbb-dev when missing and running as root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +19,9 @@ $CC "${cflags[@]}" bench/c/bench_wspool.c -o "$out/bench_wspool" "${lib[@]}"
 $CC "${cflags[@]}" bench/c/bench_mutex.c -o "$out/bench_mutex" -pthread
 $CC "${cflags[@]}" -fopenmp bench/c/bench_omp.c -o "$out/bench_omp"
 peers=(wspool mutex omp)
+# The `bench` profile: the artifacts `make bench-rust` already built.
+${CARGO:-cargo} build -q --profile bench -p wspool-bench --example c_run_peer
+rust_peer=target/release/examples/c_run_peer
 
 if [ ! -e /usr/include/oneapi/tbb/task_arena.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "bench-c: installing Debian's libtbb-dev (oneTBB)"
@@ -34,6 +39,9 @@ results=$out/results.txt
 for ((r = 1; r <= reps; r++)); do
   for p in "${peers[@]}"; do
     OMP_NUM_THREADS=2 "$out/bench_$p" | sed "s/^/$p /" >> "$results"
+  done
+  for p in rust rayon; do
+    "$rust_peer" "${p/rust/wspool}" | sed "s/^/$p /" >> "$results"
   done
   echo "bench-c: round $r/$reps done" >&2
 done

@@ -1,0 +1,165 @@
+//! A peer in the C benchmark run (`make bench-c`): W1, W2 and W4 through
+//! wspool's Rust API or through rayon, measured as `bench/c/common.h`
+//! measures the C peers and printed in its "KEY VALUE" lines, so that
+//! `bench/c/report.py` compares them with oneTBB's figures from the same
+//! interleaved rounds (issue 15: "Rust W4 ≥ 1× oneTBB's figure from the C
+//! run"). Usage: `c_run_peer wspool|rayon`; 2 worker threads each.
+//!
+//! W2 and W4 run once unmeasured, then `W_REPS` times, and print the
+//! median (`warm_median` in common.h); W1 runs once per process, as the C
+//! floods do.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use wspool_bench::Countdown;
+
+// The sizes of bench/c/common.h.
+const W1_TASKS: usize = 1_000_000;
+const W2_FIB: u32 = 25;
+const W4_ROOTS: usize = 200;
+const W4_CHILDREN: usize = 1_000;
+const W_WARM: usize = 1;
+const W_REPS: usize = 5;
+const THREADS: usize = 2;
+
+/// W4's count, on a cache line of its own (as `flood` in flood_task.h).
+#[repr(align(64))]
+struct Kids(AtomicU64);
+static KIDS: Kids = Kids(AtomicU64::new(0));
+
+fn kid() {
+    KIDS.0.fetch_add(1, Ordering::Relaxed);
+}
+
+fn warm_median(mut measure: impl FnMut() -> f64) -> f64 {
+    for _ in 0..W_WARM {
+        measure();
+    }
+    let mut v: Vec<f64> = (0..W_REPS).map(|_| measure()).collect();
+    v.sort_by(f64::total_cmp);
+    v[W_REPS / 2]
+}
+
+fn fib_seq(n: u32) -> u64 {
+    let (mut a, mut b) = (0u64, 1u64);
+    for _ in 0..n {
+        (a, b) = (b, a + b);
+    }
+    a
+}
+
+fn w1_mtps(flood: impl FnOnce(&'static Countdown)) -> f64 {
+    let c = Countdown::leak();
+    c.arm(W1_TASKS);
+    let t0 = Instant::now();
+    flood(c);
+    c.wait();
+    W1_TASKS as f64 / t0.elapsed().as_secs_f64() / 1e6
+}
+
+fn w2_ms(fib: impl Fn(u32) -> u64) -> f64 {
+    let t0 = Instant::now();
+    let r = fib(black_box(W2_FIB));
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(r, fib_seq(W2_FIB), "fib wrong");
+    ms
+}
+
+fn w4_mtps(run: impl FnOnce()) -> f64 {
+    KIDS.0.store(0, Ordering::Relaxed);
+    let t0 = Instant::now();
+    run();
+    let dt = t0.elapsed();
+    assert_eq!(KIDS.0.load(Ordering::Relaxed), (W4_ROOTS * W4_CHILDREN) as u64, "W4 count wrong");
+    (W4_ROOTS * (W4_CHILDREN + 1)) as f64 / dt.as_secs_f64() / 1e6
+}
+
+fn wspool_peer() {
+    let pool = wspool::Pool::builder().name("c-peer").min_threads(THREADS).growth(wspool::Growth::Fixed).build().expect("pool");
+    println!("W1_mtps {:.2}", w1_mtps(|c| (0..W1_TASKS).for_each(|_| pool.spawn(move || c.hit()).expect("spawn"))));
+
+    fn fib(n: u32) -> u64 {
+        if n < 2 {
+            return n as u64;
+        }
+        let (a, b) = wspool::join(|| fib(n - 1), || fib(n - 2));
+        a + b
+    }
+    // From a foreign thread, as the C run's `wspool_submit_ex` + wait.
+    println!("W2_ms {:.2}", warm_median(|| w2_ms(|n| pool.submit(move || fib(n)).expect("submit").wait().expect("fib"))));
+
+    // As the C run: the roots through a heap group, each root's children
+    // through a group on its stack.
+    println!(
+        "W4_mtps {:.2}",
+        warm_median(|| {
+            w4_mtps(|| {
+                let roots = pool.group();
+                for _ in 0..W4_ROOTS {
+                    let p = pool.clone();
+                    roots
+                        .spawn(move || {
+                            p.group_scope(|kids| {
+                                for _ in 0..W4_CHILDREN {
+                                    kids.spawn(kid).expect("spawn child");
+                                }
+                                kids.wait().expect("children");
+                            })
+                        })
+                        .expect("spawn root");
+                }
+                roots.wait().expect("roots");
+            })
+        })
+    );
+}
+
+fn rayon_peer() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(THREADS)
+        .thread_name(|i| format!("c-peer-rayon{i}"))
+        .build()
+        .expect("rayon pool");
+    println!("W1_mtps {:.2}", w1_mtps(|c| (0..W1_TASKS).for_each(|_| pool.spawn(move || c.hit()))));
+
+    fn fib(n: u32) -> u64 {
+        if n < 2 {
+            return n as u64;
+        }
+        let (a, b) = rayon::join(|| fib(n - 1), || fib(n - 2));
+        a + b
+    }
+    println!("W2_ms {:.2}", warm_median(|| w2_ms(|n| pool.install(|| fib(n)))));
+
+    println!(
+        "W4_mtps {:.2}",
+        warm_median(|| {
+            w4_mtps(|| {
+                pool.scope(|roots| {
+                    for _ in 0..W4_ROOTS {
+                        roots.spawn(|_| {
+                            rayon::scope(|kids| {
+                                for _ in 0..W4_CHILDREN {
+                                    kids.spawn(|_| kid());
+                                }
+                            })
+                        });
+                    }
+                })
+            })
+        })
+    );
+}
+
+fn main() {
+    match std::env::args().nth(1).as_deref() {
+        Some("wspool") => wspool_peer(),
+        Some("rayon") => rayon_peer(),
+        _ => {
+            eprintln!("usage: c_run_peer wspool|rayon");
+            std::process::exit(2);
+        }
+    }
+}
