@@ -8,7 +8,8 @@
 #   make test-c       header check, C suite plain / ASan+UBSan / TSan / valgrind,
 #                     and an installed copy used through pkg-config and CMake
 #   make demo-c       runs the four examples briefly
-#   make bench-c      C API vs a mutex+condvar pool, OpenMP tasks, oneTBB
+#   make bench-c      C API vs a mutex+condvar pool, OpenMP tasks, oneTBB; and the
+#                     Rust API and rayon in the same rounds (bench/examples/c_run_peer.rs)
 #   make install PREFIX=/usr/local [DESTDIR=]   .so/.a/header/wspool{,-static}.pc/CMake package
 #
 # Other layers link the library through the `c-lib` target and these variables.
