@@ -27,7 +27,7 @@
 #include "../c/flood_task.h"
 
 /* One flood of n tasks; batch 0 = one wspool_submit per task. */
-static int flood(wspool *pool, long n, size_t batch, int measured) {
+static int run_flood(wspool *pool, long n, size_t batch, int measured) {
     flood_arm(n);
     if (measured) CALLGRIND_ZERO_STATS;
     if (batch == 0) {
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     wspool *pool;
     if (wspool_create(&cfg, &pool) != WSPOOL_OK) return 1;
     sem_init(&done, 0, 0);
-    if (flood(pool, 1000, batch, 0) || (n > 0 && flood(pool, n, batch, 1))) {
+    if (run_flood(pool, 1000, batch, 0) || (n > 0 && run_flood(pool, n, batch, 1))) {
         fprintf(stderr, "flood: a submission failed: %s\n", wspool_last_error());
         return 1;
     }
