@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use wspool_bench::workloads::{fib_join, w4_group_scope};
 use wspool_bench::{
     Config, Contender, Countdown, Pacing, Rounds, Summary, Table, cpu, fmt, load, loadavg, percentile, run_rounds,
     summarize,
@@ -353,14 +354,6 @@ fn fib_seq(n: u32) -> u64 {
     if n < 2 { n as u64 } else { fib_seq(n - 1) + fib_seq(n - 2) }
 }
 
-fn fib_ws_join(p: &wspool::Pool, n: u32) -> u64 {
-    if n < 2 {
-        return n as u64;
-    }
-    let (a, b) = p.join(|| fib_ws_join(p, n - 1), || fib_ws_join(p, n - 2));
-    a + b
-}
-
 fn fib_ws_scope(p: &wspool::Pool, n: u32) -> u64 {
     if n < 2 {
         return n as u64;
@@ -452,7 +445,7 @@ fn w2_fib(cfg: &Config, report: &mut Report) {
     {
         type Fib = fn(&wspool::Pool, u32) -> u64;
         let variants: [(&str, &str, Fib); 6] = [
-            ("wspool join", "`Pool::join` at every level, started by one `submit` + `wait`", fib_ws_join),
+            ("wspool join", "`Pool::join` at every level, started by one `submit` + `wait`", fib_join),
             ("wspool scope", "`Pool::scope` + `Scope::spawn` of one branch per level", fib_ws_scope),
             (
                 "wspool group",
@@ -465,7 +458,7 @@ fn w2_fib(cfg: &Config, report: &mut Report) {
                 fib_ws_group_scope,
             ),
             ("wspool submit", "`Pool::submit` of one branch + `TaskHandle::wait` per level", fib_ws_handle),
-            ("wspool join, Fixed", "as `wspool join`, on a pool built with `Growth::Fixed`", fib_ws_join),
+            ("wspool join, Fixed", "as `wspool join`, on a pool built with `Growth::Fixed`", fib_join),
         ];
         for ((name, note, f), ws) in variants.into_iter().zip(&wss) {
             cs.push(Contender::new(name, note, true, move || {
@@ -736,22 +729,7 @@ fn w4_nested(cfg: &Config, report: &mut Report) {
             || {
                 c.arm(total);
                 let t0 = Instant::now();
-                let outer = wsl.group();
-                for _ in 0..roots {
-                    let p = wsl.clone();
-                    outer
-                        .spawn(move || {
-                            p.group_scope(|g| {
-                                for _ in 0..children {
-                                    g.spawn(move || c.bump()).expect("spawn child");
-                                }
-                                g.wait().expect("children");
-                            });
-                            c.bump();
-                        })
-                        .expect("spawn root");
-                }
-                outer.wait().expect("roots");
+                w4_group_scope(&wsl, roots, children, move || c.bump(), move || c.bump());
                 let r = per_s(t0.elapsed());
                 assert_eq!(c.count(), total);
                 r

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use wspool_bench::Countdown;
+use wspool_bench::workloads::{fib_join, w4_group_scope};
 
 // The sizes of bench/c/common.h.
 const W1_TASKS: usize = 1_000_000;
@@ -77,43 +78,28 @@ fn w4_mtps(run: impl FnOnce()) -> f64 {
 }
 
 fn wspool_peer() {
-    let pool = wspool::Pool::builder().name("c-peer").min_threads(THREADS).growth(wspool::Growth::Fixed).build().expect("pool");
+    let pool = wspool::Pool::builder()
+        .name("c-peer")
+        .min_threads(THREADS)
+        .growth(wspool::Growth::Fixed)
+        .build()
+        .expect("pool");
     println!("W1_mtps {:.2}", w1_mtps(|c| (0..W1_TASKS).for_each(|_| pool.spawn(move || c.hit()).expect("spawn"))));
 
-    fn fib(n: u32) -> u64 {
-        if n < 2 {
-            return n as u64;
-        }
-        let (a, b) = wspool::join(|| fib(n - 1), || fib(n - 2));
-        a + b
-    }
     // From a foreign thread, as the C run's `wspool_submit_ex` + wait.
-    println!("W2_ms {:.2}", warm_median(|| w2_ms(|n| pool.submit(move || fib(n)).expect("submit").wait().expect("fib"))));
-
-    // As the C run: the roots through a heap group, each root's children
-    // through a group on its stack.
     println!(
-        "W4_mtps {:.2}",
+        "W2_ms {:.2}",
         warm_median(|| {
-            w4_mtps(|| {
-                let roots = pool.group();
-                for _ in 0..W4_ROOTS {
-                    let p = pool.clone();
-                    roots
-                        .spawn(move || {
-                            p.group_scope(|kids| {
-                                for _ in 0..W4_CHILDREN {
-                                    kids.spawn(kid).expect("spawn child");
-                                }
-                                kids.wait().expect("children");
-                            })
-                        })
-                        .expect("spawn root");
-                }
-                roots.wait().expect("roots");
+            w2_ms(|n| {
+                let p = pool.clone();
+                pool.submit(move || fib_join(&p, n)).expect("submit").wait().expect("fib")
             })
         })
     );
+
+    // As the C run: the roots through a heap group, each root's children
+    // through a group on its stack.
+    println!("W4_mtps {:.2}", warm_median(|| w4_mtps(|| w4_group_scope(&pool, W4_ROOTS, W4_CHILDREN, kid, || {}))));
 }
 
 fn rayon_peer() {

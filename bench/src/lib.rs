@@ -24,6 +24,8 @@
 //!   up to 2 s per round, 0.5 s in quick mode, and repeats a disturbed run once)
 //! - positional arguments select workloads by prefix (`w1`, `w3`, ...)
 
+pub mod workloads;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -534,7 +534,7 @@ fn dest_offset(flavor: Flavor, i: usize, batch: usize) -> usize {
 /// does not merge the words back into 16-byte moves.
 #[inline(always)]
 unsafe fn copy_by_words<T>(src: *const T, dst: *mut T) {
-    if size_of::<T>() % size_of::<u64>() == 0 && align_of::<T>() >= align_of::<u64>() {
+    if size_of::<T>().is_multiple_of(size_of::<u64>()) && align_of::<T>() >= align_of::<u64>() {
         let (src, dst) = (src.cast::<u64>(), dst.cast::<u64>());
         for i in 0..size_of::<T>() / size_of::<u64>() {
             // SAFETY: both point to a whole, aligned `T`, so word `i` is in bounds.

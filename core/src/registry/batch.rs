@@ -140,7 +140,7 @@ impl Pusher<'_> {
     /// Pushes what `tasks` has left, in order: into the injector a run of
     /// slots per CAS (`Injector::push_run`), each job built in its slot.
     fn push_all<F>(&mut self, tasks: &mut impl ExactSizeIterator<Item = F>, mut build: impl FnMut(F) -> JobRef) {
-        if matches!(self.worker, Some(_) if !self.global) {
+        if self.worker.is_some() && !self.global {
             for task in tasks {
                 self.push(build(task));
             }
