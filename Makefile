@@ -71,8 +71,8 @@ test-rust:
 test-rust-debug:
 	$(CARGO) test -p wspool
 	$(CARGO) test -p wspool-bench
-	target/debug/examples/c_run_peer wspool > /dev/null
-	target/debug/examples/c_run_peer rayon > /dev/null
+	$(CARGO) run -q -p wspool-bench --example c_run_peer -- wspool > /dev/null
+	$(CARGO) run -q -p wspool-bench --example c_run_peer -- rayon > /dev/null
 	$(CARGO) check -q -p wspool-bench --benches
 
 # The loom models of the sleep/wake, waiter and compensation protocols and of
