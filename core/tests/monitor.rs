@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use wspool::{Growth, Pool};
+use wspool::{Growth, Pool, Stats};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -31,6 +31,23 @@ fn spin_for(d: Duration) {
 }
 
 /// Runs `n` tasks on `pool` from a foreign thread and waits for all of them.
+/// Runs `run` until one run's stats pass `ok`, three runs at most; says
+/// whether one did, with every run's stats. For figures that the shared
+/// 2-core VM's timing can push past a bound in one run: a pool that
+/// breaks the rule fails all three.
+fn up_to_three_runs(mut run: impl FnMut() -> Stats, ok: impl Fn(&Stats) -> bool) -> (bool, Vec<Stats>) {
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let s = run();
+        let passed = ok(&s);
+        runs.push(s);
+        if passed {
+            return (true, runs);
+        }
+    }
+    (false, runs)
+}
+
 fn run_all(pool: &Pool, n: usize, task: impl Fn() + Send + Sync + Clone + 'static) -> Duration {
     let t0 = Instant::now();
     let g = pool.group();
@@ -73,25 +90,23 @@ fn a_mutex_convoy_stays_near_min_threads() {
         ("adaptive, cpu_parallelism(1)", || Pool::builder().cpu_parallelism(1)),
     ];
     for (what, builder) in builders {
-        let mut runs = Vec::new();
-        for _ in 0..3 {
-            let pool = builder().min_threads(2).build().unwrap();
-            let time = convoy(&pool);
-            let s = pool.stats();
-            println!(
-                "convoy 400 x 2 ms, {what}: {time:?} (Fixed: {fixed_time:?}, ratio {:.2}); peak {} threads, {} injections, {} retired",
-                time.as_secs_f64() / fixed_time.as_secs_f64(),
-                s.peak_threads,
-                s.starvation_injections,
-                s.threads_retired
-            );
-            let within = s.peak_threads <= 4;
-            runs.push(s);
-            if within {
-                break;
-            }
-        }
-        assert!(runs.iter().any(|s| s.peak_threads <= 4), "{what}: peaks above 4 threads in a convoy: {runs:?}");
+        let (within, runs) = up_to_three_runs(
+            || {
+                let pool = builder().min_threads(2).build().unwrap();
+                let time = convoy(&pool);
+                let s = pool.stats();
+                println!(
+                    "convoy 400 x 2 ms, {what}: {time:?} (Fixed: {fixed_time:?}, ratio {:.2}); peak {} threads, {} injections, {} retired",
+                    time.as_secs_f64() / fixed_time.as_secs_f64(),
+                    s.peak_threads,
+                    s.starvation_injections,
+                    s.threads_retired
+                );
+                s
+            },
+            |s| s.peak_threads <= 4,
+        );
+        assert!(within, "{what}: peaks above 4 threads in a convoy: {runs:?}");
     }
 }
 
@@ -171,23 +186,21 @@ fn declared_blocking_is_counted_once() {
 fn undeclared_sleeps_get_threads_with_and_without_the_hint() {
     let _serial = serial();
     for hint in [true, false] {
-        let mut runs = Vec::new();
-        for _ in 0..3 {
-            let pool = Pool::builder().min_threads(2).monitor_kernel_hint(hint).build().unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            let time = run_all(&pool, 200, || std::thread::sleep(Duration::from_millis(10)));
-            let s = pool.stats();
-            println!(
-                "200 x 10 ms undeclared sleeps, hint {hint}: {time:?} (2 threads alone: 1 s); peak {} threads, {} injections, {} retired",
-                s.peak_threads, s.starvation_injections, s.threads_retired
-            );
-            let grown = s.starvation_injections > 0 && s.peak_threads >= 8;
-            runs.push(s);
-            if grown {
-                break;
-            }
-        }
-        assert!(runs.iter().any(|s| s.starvation_injections > 0 && s.peak_threads >= 8), "hint {hint}: {runs:?}");
+        let (grown, runs) = up_to_three_runs(
+            || {
+                let pool = Pool::builder().min_threads(2).monitor_kernel_hint(hint).build().unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                let time = run_all(&pool, 200, || std::thread::sleep(Duration::from_millis(10)));
+                let s = pool.stats();
+                println!(
+                    "200 x 10 ms undeclared sleeps, hint {hint}: {time:?} (2 threads alone: 1 s); peak {} threads, {} injections, {} retired",
+                    s.peak_threads, s.starvation_injections, s.threads_retired
+                );
+                s
+            },
+            |s| s.starvation_injections > 0 && s.peak_threads >= 8,
+        );
+        assert!(grown, "hint {hint}: {runs:?}");
     }
 }
 

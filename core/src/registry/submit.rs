@@ -264,9 +264,10 @@ impl Registry {
     /// goes through `WorkerThread::push_new_and_wake` instead, built in
     /// its slot, and a batch through `batch.rs`'s `Pusher`, under the same
     /// rules): the calling worker's own deque unless `global` (or the
-    /// caller is not a worker of this pool), else the injector. The job joins the submitting task's isolation region; a job
-    /// from outside the pool keeps tag 0 and gets a fresh region when it
-    /// starts (`WorkerThread::region_of`), which no waiter can take it before:
+    /// caller is not a worker of this pool), else the injector. The job
+    /// joins the submitting task's isolation region; a job from outside
+    /// the pool keeps tag 0 and gets a fresh region when it starts
+    /// (`WorkerThread::region_of`), which no waiter can take it before:
     /// waiters never take from the injector. The injector's push reserves its
     /// slot with a SeqCst CAS, which orders it before `notify_one`'s read
     /// like a fence; a local push fences explicitly
