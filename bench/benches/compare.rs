@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use wspool_bench::workloads::{fib_join, w4_group_scope};
+use wspool_bench::workloads::{fib_join, fib_seq, w4_group_scope};
 use wspool_bench::{
     Config, Contender, Countdown, Pacing, Rounds, Summary, Table, cpu, fmt, load, loadavg, percentile, run_rounds,
     summarize,
@@ -349,10 +349,6 @@ fn w1_flood(cfg: &Config, report: &mut Report) {
 
 // ---------------------------------------------------------------------------
 // W2 fork-join fib(n), every level forked.
-
-fn fib_seq(n: u32) -> u64 {
-    if n < 2 { n as u64 } else { fib_seq(n - 1) + fib_seq(n - 2) }
-}
 
 fn fib_ws_scope(p: &wspool::Pool, n: u32) -> u64 {
     if n < 2 {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use wspool_bench::Countdown;
-use wspool_bench::workloads::{fib_join, w4_group_scope};
+use wspool_bench::workloads::{fib_join, fib_seq, w4_group_scope};
 
 // The sizes of bench/c/common.h.
 const W1_TASKS: usize = 1_000_000;
@@ -41,14 +41,6 @@ fn warm_median(mut measure: impl FnMut() -> f64) -> f64 {
     let mut v: Vec<f64> = (0..W_REPS).map(|_| measure()).collect();
     v.sort_by(f64::total_cmp);
     v[W_REPS / 2]
-}
-
-fn fib_seq(n: u32) -> u64 {
-    let (mut a, mut b) = (0u64, 1u64);
-    for _ in 0..n {
-        (a, b) = (b, a + b);
-    }
-    a
 }
 
 fn w1_mtps(flood: impl FnOnce(&'static Countdown)) -> f64 {

@@ -2,6 +2,11 @@
 //! C run's Rust peer (`examples/c_run_peer.rs`) measure: one copy, so the
 //! two report on the same code.
 
+/// `fib(n)` by plain recursion on one thread: W2's reference, and its check.
+pub fn fib_seq(n: u32) -> u64 {
+    if n < 2 { n as u64 } else { fib_seq(n - 1) + fib_seq(n - 2) }
+}
+
 /// `fib(n)` with [`wspool::Pool::join`] at every level (W2).
 pub fn fib_join(p: &wspool::Pool, n: u32) -> u64 {
     if n < 2 {
