@@ -36,8 +36,8 @@ pub(crate) fn this_thread() -> Option<i32> {
     None
 }
 
-/// Sets the calling thread's nice value (a pool thread at its start, before
-/// anything else runs on it). Best effort: the value is at least the
+/// Sets the calling thread's nice value (`spawn_at`'s helper, before it
+/// starts the pool thread that inherits the value). Best effort: the value is at least the
 /// thread's own, which needs no privilege.
 #[cfg(target_os = "linux")]
 pub(crate) fn set_this_thread(nice: Option<i32>) {
@@ -51,3 +51,31 @@ pub(crate) fn set_this_thread(nice: Option<i32>) {
 
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn set_this_thread(_nice: Option<i32>) {}
+
+/// Starts `builder`'s thread already at nice value `nice` (when one is
+/// set): a thread inherits its creator's nice value, and the standard
+/// library names the new thread before `f` runs, so a thread started from
+/// a thread at another value (the pool's builder, a foreign submitter)
+/// would be visible under the pool's name, at the wrong priority, until
+/// `f` lowered it. Such a start goes through an unnamed helper thread that
+/// lowers itself first; a pool thread, already at `nice`, starts its
+/// threads directly.
+pub(crate) fn spawn_at<F>(
+    nice: Option<i32>,
+    builder: std::thread::Builder,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    match nice {
+        Some(n) if this_thread() != Some(n) => {
+            let helper = std::thread::Builder::new().spawn(move || {
+                set_this_thread(Some(n));
+                builder.spawn(f)
+            })?;
+            helper.join().unwrap_or_else(|_| Err(std::io::Error::other("the thread-start helper panicked")))
+        }
+        _ => builder.spawn(f),
+    }
+}

@@ -377,6 +377,45 @@ fn thread_nice_lowers_every_pool_thread_once() {
     assert!(e.to_string().contains("thread_nice"), "{e}");
 }
 
+/// No thread is ever visible under a niced pool's name at another nice
+/// value: the standard library names a thread before it runs its closure,
+/// so a pool thread that lowered itself as its first act showed its name
+/// at its creator's value for a moment (a loaded CI run caught one in
+/// `thread_nice_lowers_every_pool_thread_once`). A watcher reads every
+/// thread of the pool's name, over and over, while pools start and stop.
+#[cfg(target_os = "linux")]
+#[test]
+fn no_pool_thread_shows_its_name_before_its_nice_value() {
+    let base = nice_of_threads("").into_iter().map(|(_, n)| n).min().unwrap();
+    let want = (base + 5).min(19);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watching = stop.clone();
+    let watcher = std::thread::spawn(move || {
+        let (mut seen, mut wrong) = (0usize, Vec::new());
+        while !watching.load(SeqCst) {
+            for (name, nice) in nice_of_threads("nicew-") {
+                seen += 1;
+                if nice != want {
+                    wrong.push((name, nice));
+                }
+            }
+        }
+        (seen, wrong)
+    });
+    for _ in 0..300 {
+        let p = Pool::builder().name("nicew").min_threads(4).max_threads(8).thread_nice(5).build().unwrap();
+        p.submit(|| ()).unwrap().wait().unwrap();
+    }
+    stop.store(true, SeqCst);
+    let (seen, wrong) = watcher.join().unwrap();
+    assert!(
+        wrong.is_empty(),
+        "{} of {seen} readings not at {want}, first: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
 #[test]
 fn config_errors_are_returned_not_panicked() {
     let e = Pool::builder().min_threads(4).max_threads(2).build().unwrap_err();

@@ -77,11 +77,10 @@ impl Registry {
         // The queues travel to the thread; on a spawn failure they come back.
         let carrier = Arc::new(Mutex::new(Some(queues)));
         let carried = carrier.clone();
-        let spawned = builder.spawn(move || {
+        let spawned = crate::priority::spawn_at(self.config.nice_target, builder, move || {
             let queues = lock(&carried).take();
             drop(carried);
             if let Some(queues) = queues {
-                crate::priority::set_this_thread(registry.config.nice_target);
                 // Before any task: the monitor reads this clock only then.
                 let counters = &registry.slots[index].counters;
                 counters.tid.store(sample::current_tid(), Relaxed);

@@ -108,10 +108,8 @@ impl Monitor {
         };
         let weak = Arc::downgrade(registry);
         let nice = config.nice_target;
-        let handle = std::thread::Builder::new().name(format!("{}-monitor", config.name)).spawn(move || {
-            crate::priority::set_this_thread(nice);
-            monitor_loop(weak, params)
-        })?;
+        let builder = std::thread::Builder::new().name(format!("{}-monitor", config.name));
+        let handle = crate::priority::spawn_at(nice, builder, move || monitor_loop(weak, params))?;
         *lock(&registry.monitor.handle) = Some(handle);
         Ok(())
     }
