@@ -206,9 +206,69 @@ impl<T> Inner<T> {
 }
 
 thread_local! {
-    /// Non-null only while `submit` takes a refused job back: the job then
-    /// parks its node here instead of running (see `Job::run`).
-    static TAKE_BACK: Cell<*mut ()> = const { Cell::new(std::ptr::null_mut()) };
+    /// Armed by [`TakeBack`] for exactly one `Job::run`: the refused job
+    /// `submit` calls next on this thread. That run disarms it before
+    /// anything else, so no other job (a nested submission's, a
+    /// caller-runs one) ever sees it armed.
+    static TAKE_BACK_ARMED: Cell<bool> = const { Cell::new(false) };
+    /// The node that armed run parked: null, or a `Box<Node<T>>` leaked by
+    /// `Job::run` for the [`TakeBack`] guard that armed it (the `T` of its
+    /// queue). A heap pointer, never the address of a frame: an unwind can
+    /// leave no pointer into a dead frame behind.
+    static TAKE_BACK_NODE: Cell<*mut ()> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Takes a refused job's node back: arms [`TAKE_BACK_ARMED`] for the one
+/// call of the refused job, then owns whatever that call parked in
+/// [`TAKE_BACK_NODE`]. Its drop runs on a normal return and on an unwind
+/// alike (the refused job's closure may panic while it is dropped, after
+/// its node was parked): it restores both slots to what they held before
+/// (a submission made by that drop nests its own guard inside ours), frees
+/// a node nobody took, and gives back the submission's counts, so the
+/// queue neither leaks a node nor waits for a completion that never comes.
+struct TakeBack<'a, T> {
+    inner: &'a Inner<T>,
+    prev_armed: bool,
+    prev_node: *mut (),
+}
+
+impl<'a, T> TakeBack<'a, T> {
+    fn arm(inner: &'a Inner<T>) -> TakeBack<'a, T> {
+        let prev_armed = TAKE_BACK_ARMED.with(|a| a.replace(true));
+        let prev_node = TAKE_BACK_NODE.with(|n| n.replace(std::ptr::null_mut()));
+        TakeBack { inner, prev_armed, prev_node }
+    }
+
+    /// The node the refused job parked (`None` if it parked none).
+    fn take(&mut self) -> Option<Box<Node<T>>> {
+        let p = TAKE_BACK_NODE.with(|n| n.replace(std::ptr::null_mut()));
+        // SAFETY: non-null only as set by the `Job<T>::run` this guard
+        // armed (the slot was nulled by `arm`, and a nested guard restores
+        // it before its drop returns): a `Box<Node<T>>` leaked for us.
+        (!p.is_null()).then(|| unsafe { Box::from_raw(p.cast::<Node<T>>()) })
+    }
+}
+
+impl<T> Drop for TakeBack<'_, T> {
+    fn drop(&mut self) {
+        // An unwind out of the refused job: a node it parked is dropped
+        // with its payload (the caller gets nothing back from a panic).
+        drop(self.take());
+        TAKE_BACK_ARMED.with(|a| a.set(self.prev_armed));
+        TAKE_BACK_NODE.with(|n| n.set(self.prev_node));
+        self.inner.queued.fetch_sub(1, AcqRel);
+        self.inner.pending.fetch_sub(1, AcqRel);
+    }
+}
+
+/// Calls `refused` (a refused `Job<T>`'s closure) in take-back mode and
+/// returns the node it parked; its counts are given back. An unwind out of
+/// `refused` leaves the thread-locals as they were and the counts given
+/// back (the [`TakeBack`] guard).
+fn take_back<T>(inner: &Inner<T>, refused: impl FnOnce()) -> Box<Node<T>> {
+    let mut guard = TakeBack::arm(inner);
+    refused();
+    guard.take().expect("a refused job hands its node back")
 }
 
 /// The job handed to the pool. Dropped unrun, it completes as `Cancelled`.
@@ -220,11 +280,14 @@ struct Job<T: Send + 'static> {
 impl<T: Send + 'static> Job<T> {
     fn run(mut self, work: impl FnOnce(&mut T)) {
         let mut node = self.node.take().expect("a job runs once");
-        let back = TAKE_BACK.with(Cell::get);
-        if !back.is_null() {
-            // SAFETY: `submit` set TAKE_BACK to a `*mut Option<Box<Node<T>>>`
-            // of this very `T` for the duration of this call, on this thread.
-            unsafe { *back.cast::<Option<Box<Node<T>>>>() = Some(node) };
+        if TAKE_BACK_ARMED.with(Cell::get) {
+            // Armed: this is the refused job `take_back` just called, on
+            // this thread (nothing runs between its arming and this
+            // check), so the guard waiting for the node is a
+            // `TakeBack<T>` of this very `T`. Disarmed first: the closure
+            // dropped on the way out may submit, and its jobs must run.
+            TAKE_BACK_ARMED.with(|a| a.set(false));
+            TAKE_BACK_NODE.with(|n| n.set(Box::into_raw(node).cast()));
             return;
         }
         let inner = &self.inner;
@@ -389,15 +452,9 @@ impl<T: Send + 'static> CompletionQueue<T> {
                     // A queue's submissions name no group or serial queue.
                     SubmitErrorKind::WrongPool => CqRefusal::Rejected,
                 };
-                let mut back: Option<Box<Node<T>>> = None;
-                TAKE_BACK.with(|t| t.set((&mut back as *mut Option<Box<Node<T>>>).cast()));
-                // Calling the refused job in take-back mode parks its node in
-                // `back` without running anything or completing.
-                (e.into_task())();
-                TAKE_BACK.with(|t| t.set(std::ptr::null_mut()));
-                inner.queued.fetch_sub(1, AcqRel);
-                inner.pending.fetch_sub(1, AcqRel);
-                let mut node = back.expect("a refused job hands its node back");
+                // Calling the refused job in take-back mode hands its node
+                // back without running anything or completing.
+                let mut node = take_back(inner, e.into_task());
                 let item = node.item.take().expect("the node still holds the payload");
                 inner.recycle(node);
                 Err(CqSubmitError { kind, item })
