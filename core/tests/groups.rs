@@ -305,3 +305,39 @@ fn groups_refilled_while_waiters_sleep_still_wake_them() {
         g.wait().unwrap();
     });
 }
+
+/// A pool whose internals are watched: its builder's hook holds the
+/// returned marker's only other clone, so the marker's count falls back to
+/// one exactly when the pool's internals are freed.
+fn watched_pool(threads: usize) -> (Pool, Arc<()>) {
+    let marker = Arc::new(());
+    let m = marker.clone();
+    let pool = Pool::builder()
+        .min_threads(threads)
+        .growth(Growth::Fixed)
+        .on_thread_start(move |_| assert!(Arc::strong_count(&m) > 0))
+        .build()
+        .unwrap();
+    (pool, marker)
+}
+
+#[test]
+fn a_group_dropped_with_tasks_pending_lets_its_pool_be_freed() {
+    // Issue 30, item 4: the group's last task, finishing after the group's
+    // last handle went, must free the group's state, and with it the
+    // state's count of the pool's internals.
+    watchdog(HANG, "a group dropped with tasks pending", || {
+        for global in [false, true] {
+            let (pool, marker) = watched_pool(1);
+            let gate = Arc::new(common::Gate::default());
+            let g = pool.group();
+            let (gt, opts) = (gate.clone(), SpawnOptions { global, group: Some(&g), ..Default::default() });
+            pool.spawn_with(opts, move || gt.wait()).unwrap();
+            g.spawn(|| ()).unwrap();
+            drop(g); // destroyed with its tasks pending
+            gate.open();
+            drop(pool); // drains, then joins every thread
+            assert_eq!(Arc::strong_count(&marker), 1, "the pool's internals were not freed (global: {global})");
+        }
+    });
+}
