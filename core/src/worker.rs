@@ -192,6 +192,9 @@ impl WorkerThread {
             drop_payload(p);
         }
         crate::here::here().set_worker(ptr::null());
+        // Groups placed on this thread and not finalised yet keep the
+        // registry alive through its lease, past this thread's own count.
+        crate::group::Lease::end(&worker.registry);
         let WorkerThread { registry, deque, inbox, .. } = worker;
         registry.release_slot(index, LocalQueues { deque, inbox });
         std::mem::forget(guard);

@@ -341,3 +341,77 @@ fn a_group_dropped_with_tasks_pending_lets_its_pool_be_freed() {
         }
     });
 }
+
+/// Places a group in `buf` from a task on `pool` and spawns `tasks` tasks
+/// into it; the task returns without finalising it.
+fn place_on_a_pool_thread(
+    pool: &Pool,
+    buf: &mut MaybeUninit<GroupPlace>,
+    tasks: usize,
+    ran: &Arc<AtomicUsize>,
+) -> Group {
+    let place = buf.as_mut_ptr() as usize;
+    let (p, r) = (pool.clone(), ran.clone());
+    let h = pool
+        .submit(move || {
+            // SAFETY: the caller keeps the buffer, unmoved, until its fini.
+            let g = unsafe { GroupPlace::init(place as *mut GroupPlace, &p) };
+            for _ in 0..tasks {
+                let r = r.clone();
+                g.spawn(move || {
+                    r.fetch_add(1, SeqCst);
+                })
+                .unwrap();
+            }
+            g
+        })
+        .unwrap();
+    h.wait().unwrap()
+}
+
+#[test]
+fn a_group_placed_on_a_pool_thread_outlives_its_task_and_its_pool() {
+    // Issue 30, item 7: placed by a task that returned without finalising
+    // it, the group must keep the pool's internals alive past the pool.
+    watchdog(HANG, "placed on a pool thread, used after its pool", || {
+        let (pool, marker) = watched_pool(2);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let mut buf: Box<MaybeUninit<GroupPlace>> = Box::new(MaybeUninit::uninit());
+        let group = place_on_a_pool_thread(&pool, &mut buf, 3, &ran);
+        drop(pool); // drains, joins every thread
+        assert_eq!(ran.load(SeqCst), 3);
+        assert_eq!(Arc::strong_count(&marker), 2, "the placed group keeps the pool's internals");
+        assert_eq!(group.spawn(|| ()).unwrap_err().kind(), SubmitErrorKind::Shutdown);
+        assert!(group.wait().is_ok());
+        // SAFETY: placed in `buf` by `init`, finalised once.
+        unsafe { GroupPlace::fini(buf.as_mut_ptr(), group) };
+        assert_eq!(Arc::strong_count(&marker), 1, "the last placed group freed the pool's internals");
+    });
+}
+
+#[test]
+fn groups_placed_on_pool_threads_and_finalised_anywhere_let_the_pool_go() {
+    // The lease's three ways out: finalised on the placing thread (a
+    // stack group per fork), on a foreign thread while the pool lives, and
+    // on a foreign thread after the placing thread exited.
+    watchdog(HANG, "placed groups finalised anywhere", || {
+        let (pool, marker) = watched_pool(2);
+        let done = Arc::new(AtomicUsize::new(0));
+        let (p, d) = (pool.clone(), done.clone());
+        pool.submit(move || place_run_fini(&p, 2, &d)).unwrap().wait().unwrap();
+        assert_eq!(done.load(SeqCst), 2);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let mut early: Box<MaybeUninit<GroupPlace>> = Box::new(MaybeUninit::uninit());
+        let mut late: Box<MaybeUninit<GroupPlace>> = Box::new(MaybeUninit::uninit());
+        let g_early = place_on_a_pool_thread(&pool, &mut early, 2, &ran);
+        let g_late = place_on_a_pool_thread(&pool, &mut late, 2, &ran);
+        // SAFETY: placed in `early` by `init`, finalised once.
+        unsafe { GroupPlace::fini(early.as_mut_ptr(), g_early) };
+        drop(pool);
+        assert_eq!(Arc::strong_count(&marker), 2, "`late` still holds the pool's internals");
+        // SAFETY: placed in `late` by `init`, finalised once.
+        unsafe { GroupPlace::fini(late.as_mut_ptr(), g_late) };
+        assert_eq!(ran.load(SeqCst), 4);
+        assert_eq!(Arc::strong_count(&marker), 1);
+    });
+}

@@ -122,17 +122,16 @@ impl GroupPlace {
     /// `place` must be valid for writes and aligned; the memory must not
     /// be moved, reused or freed until `fini` (given this handle) returned;
     /// `fini` must be called exactly once per `init`. Handles cloned from
-    /// the returned one must all be dropped for `fini` to return. When
-    /// called on one of `pool`'s threads, `fini` must be called before the
-    /// calling task returns (the state then borrows the pool's internals,
-    /// which that thread keeps alive); from any other thread the state
-    /// keeps them alive itself, and may outlive `pool`.
+    /// the returned one must all be dropped for `fini` to return. Nothing
+    /// else: called anywhere, on one of `pool`'s threads too, the state
+    /// keeps what it needs of the pool alive until `fini`, so it may
+    /// outlive the calling task and `pool` (spawns then fail with
+    /// `Shutdown`). On a pool thread that costs no shared count: the state
+    /// counts itself in the thread's lease (`lease.rs`).
     pub unsafe fn init(place: *mut GroupPlace, pool: &Pool) -> Group {
         let registry = pool.registry();
         let registry = match registry.current_worker() {
-            // SAFETY: the contract: the calling task finalises the state
-            // before it returns, and its thread keeps the registry alive.
-            Some(_) => unsafe { RegistryRef::borrowed(registry) },
+            Some(worker) => RegistryRef::leased(registry, worker),
             None => RegistryRef::counted(registry.clone()),
         };
         // SAFETY: per the contract.

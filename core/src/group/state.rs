@@ -32,6 +32,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicPtr, AtomicU64};
 use std::time::Instant;
 
+use super::lease::Lease;
 use crate::latch::{Awaitable, Signal};
 use crate::registry::Registry;
 use crate::wait::wait_on;
@@ -57,31 +58,56 @@ fn count_overflow(what: &str) -> ! {
 
 type Payload = Box<dyn Any + Send>;
 
-/// The group's pool. Counted (an `Arc` the state owns) unless whoever
-/// places the state guarantees that the registry outlives it: a
-/// [`super::LocalGroup`] borrows its `Pool`, and a state placed by a task
-/// on one of the pool's threads is finalised before that task returns,
-/// while the thread's own count keeps the registry alive. Not counting it
-/// spares a group two read-modify-writes of a count every worker shares.
+/// The group's pool. Counted (an `Arc` the state owns) unless something
+/// else guarantees that the registry outlives the state: a
+/// [`super::LocalGroup`] borrows its `Pool`, and a state placed on one of
+/// the pool's threads borrows that thread's count, counting itself in the
+/// thread's [`Lease`], which hands over a count of its own if the thread
+/// exits first. Not counting it spares a group two read-modify-writes of a
+/// count every worker shares.
 pub(super) struct RegistryRef {
     arc: ManuallyDrop<Arc<Registry>>,
-    counted: bool,
+    kind: RefKind,
+}
+
+enum RefKind {
+    Counted,
+    Borrowed,
+    Leased(NonNull<Lease>),
 }
 
 impl RegistryRef {
     pub(super) fn counted(registry: Arc<Registry>) -> RegistryRef {
-        RegistryRef { arc: ManuallyDrop::new(registry), counted: true }
+        RegistryRef { arc: ManuallyDrop::new(registry), kind: RefKind::Counted }
     }
 
     /// # Safety
     /// `registry` must outlive the returned value.
     pub(super) unsafe fn borrowed(registry: &Arc<Registry>) -> RegistryRef {
-        // SAFETY: an `Arc` that is never dropped (see Drop) stands for the
-        // caller's, which outlives it; clones taken from it count normally.
-        let arc = unsafe { Arc::from_raw(Arc::as_ptr(registry)) };
-        RegistryRef { arc: ManuallyDrop::new(arc), counted: false }
+        RegistryRef { arc: ManuallyDrop::new(Self::alias(registry)), kind: RefKind::Borrowed }
+    }
+
+    /// For a state placed on `worker`, one of `registry`'s threads (the
+    /// caller checked): kept alive through the thread's lease.
+    pub(super) fn leased(registry: &Arc<Registry>, worker: &WorkerThread) -> RegistryRef {
+        debug_assert!(Arc::ptr_eq(registry, &worker.registry));
+        RegistryRef { arc: ManuallyDrop::new(Self::alias(registry)), kind: RefKind::Leased(Lease::place()) }
+    }
+
+    /// An `Arc` that is never dropped (see Drop) standing for a count held
+    /// elsewhere; clones taken from it count normally.
+    fn alias(registry: &Arc<Registry>) -> Arc<Registry> {
+        // SAFETY: a pointer from a live `Arc`; the result is never dropped,
+        // so the count it stands for is never given back twice.
+        unsafe { Arc::from_raw(Arc::as_ptr(registry)) }
     }
 }
+
+// SAFETY: the registry is Send + Sync; a lease is released once, by the
+// drop, and `Lease::release` works from any thread (it checks whether it
+// runs on the lease's own).
+unsafe impl Send for RegistryRef {}
+unsafe impl Sync for RegistryRef {}
 
 impl std::ops::Deref for RegistryRef {
     type Target = Arc<Registry>;
@@ -92,9 +118,13 @@ impl std::ops::Deref for RegistryRef {
 
 impl Drop for RegistryRef {
     fn drop(&mut self) {
-        if self.counted {
-            // SAFETY: dropped once, here; a borrowed one is never dropped.
-            unsafe { ManuallyDrop::drop(&mut self.arc) }
+        match self.kind {
+            // SAFETY: dropped once, here; the others are never dropped.
+            RefKind::Counted => unsafe { ManuallyDrop::drop(&mut self.arc) },
+            RefKind::Borrowed => {}
+            // SAFETY: the state is being dropped: its last use of the
+            // registry is behind it, and its lease is released once.
+            RefKind::Leased(lease) => unsafe { Lease::release(lease) },
         }
     }
 }
@@ -455,7 +485,7 @@ mod tests {
         let (registry, weak) = threadless();
         let g = Group::new(registry);
         let task = g.bind(|| ());
-        let t = std::thread::spawn(move || task());
+        let t = std::thread::spawn(task);
         assert!(g.wait_for(None));
         t.join().unwrap();
         drop(g);
