@@ -2,7 +2,9 @@
  * argument checks, fini racing running and finishing tasks (heap storage,
  * freed right after fini: ASan and valgrind report any later touch), nested
  * stack groups on pool threads, shutdown with pending tasks (on_cancel
- * exactly once), groups outliving their pool, concurrent waiters, fork. */
+ * exactly once), groups outliving their pool (placed on or off it),
+ * concurrent waiters, fork; and a created group destroyed with tasks
+ * pending (LeakSanitizer and valgrind report a leak). */
 #include "harness.h"
 
 #include <sys/wait.h>
@@ -267,6 +269,71 @@ static void test_destroy_while_tasks_use_placed_groups(void) {
     }
 }
 
+/* A group placed by a task that returns without finalising it: it keeps
+ * what it needs of the pool alive, past the pool's destroy (issue 30, item
+ * 7: before, wspool_group_submit here read the freed pool; ASan and valgrind
+ * reported it). Finalised after the destroy, and, for a second group, on a
+ * foreign thread while the pool still runs. */
+typedef struct {
+    wspool *pool;
+    wspool_group_storage *gs;
+    wspool_group *g;
+    atomic_long *n;
+} placer_returns_t;
+static void place_and_return(void *arg) {
+    placer_returns_t *a = arg;
+    OK(wspool_group_init(a->gs, a->pool, &a->g));
+    for (int i = 0; i < 3; i++) OK(wspool_group_submit(a->g, task_inc, a->n));
+}
+
+static void test_placed_on_a_pool_thread_outlives_its_task_and_pool(void) {
+    int rounds = scaled(10);
+    for (int r = 0; r < rounds; r++) {
+        wspool *p = make_pool(2, 2, WSPOOL_GROWTH_FIXED);
+        /* heap storage: ASan and valgrind see any touch after fini */
+        wspool_group_storage *gs = malloc(2 * sizeof *gs);
+        atomic_long n = 0;
+        placer_returns_t a[2] = {{p, &gs[0], NULL, &n}, {p, &gs[1], NULL, &n}};
+        for (int i = 0; i < 2; i++) {
+            wspool_task *t = NULL;
+            OK(wspool_submit_ex(p, place_and_return, &a[i], NULL, &t));
+            OK(wspool_task_wait(t, -1));
+            wspool_task_release(t);
+        }
+        OK(wspool_group_fini(a[1].g)); /* off the pool, the pool alive */
+        wspool_destroy(p);              /* drains, joins the placing threads */
+        CHECK_EQ(atomic_load(&n), 6);
+        CHECK_EQ(wspool_group_submit(a[0].g, task_inc, &n), WSPOOL_ESHUTDOWN);
+        OK(wspool_group_wait(a[0].g, 0));
+        OK(wspool_group_fini(a[0].g));
+        memset(gs, 0xA5, 2 * sizeof *gs);
+        free(gs);
+    }
+}
+
+/* A created group destroyed while its tasks are pending is freed by the
+ * last of them (issue 30, item 4: before, it leaked, and kept every buffer
+ * of the pool allocated; LeakSanitizer and valgrind reported it). */
+static void test_created_group_destroyed_while_pending(void) {
+    int rounds = scaled(10);
+    for (int r = 0; r < rounds; r++) {
+        wspool *p = make_pool(1, 1, WSPOOL_GROWTH_FIXED);
+        gate_t gate;
+        gate_init(&gate);
+        atomic_long n = 0;
+        wspool_group *g = NULL;
+        OK(wspool_group_create(p, &g));
+        OK(wspool_group_submit(g, task_gate, &gate));
+        OK(wspool_group_submit(g, task_inc, &n));
+        CHECK(wait_at_least(&gate.inside, 1));
+        wspool_group_destroy(g); /* both tasks pending */
+        gate_open(&gate);
+        wspool_destroy(p); /* drains: the last task frees the group */
+        CHECK_EQ(atomic_load(&n), 1);
+        gate_destroy(&gate);
+    }
+}
+
 /* ------------------------------------------------- concurrent waiters --- */
 
 typedef struct {
@@ -349,6 +416,8 @@ int main(int argc, char **argv) {
         {"fini_waits_for_a_held_task", test_fini_waits_for_a_held_task},
         {"placed_group_outlives_its_pool", test_placed_group_outlives_its_pool},
         {"destroy_while_tasks_use_placed_groups", test_destroy_while_tasks_use_placed_groups},
+        {"placed_on_a_pool_thread_outlives_its_task_and_pool", test_placed_on_a_pool_thread_outlives_its_task_and_pool},
+        {"created_group_destroyed_while_pending", test_created_group_destroyed_while_pending},
         {"sleeping_waiters_are_woken", test_sleeping_waiters_are_woken},
         {"fork", test_fork},
     };
