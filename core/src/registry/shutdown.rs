@@ -55,9 +55,12 @@ impl Registry {
         }
     }
 
-    /// Waits for every worker thread to exit, then joins them. On success
-    /// the pool is closed for good: every accepted job ran (drain) or was
-    /// cancelled (cancel).
+    /// Waits for every worker thread to exit, then joins them, then for
+    /// every foreign submission in flight to push its job. On success the
+    /// pool is closed for good: every accepted job ran (drain) or was
+    /// cancelled (cancel). Returns false once `deadline` passed, at any of
+    /// these steps; calling it again (without a deadline: the pool's drop)
+    /// finishes the work.
     pub(crate) fn wait_for_exit(&self, deadline: Option<Instant>) -> bool {
         if !self.exited.wait_until(|| self.running_threads.load(SeqCst) == 0, deadline) {
             return false;
@@ -69,13 +72,24 @@ impl Registry {
             }
         }
         self.monitor.join();
-        // Workers exit only once no admitted foreign submission is on its
-        // way, so nothing normally remains. What does (a job pushed by a
-        // pool thread of this pool after the last worker's final look; a
-        // worker that retired with jobs) is handled here, as the mode says.
+        // A draining pool's workers exit only once no admitted foreign
+        // submission is on its way; a cancelling pool's do not wait, so a
+        // foreign submitter may still hold its ticket here (between the
+        // open-check and its push). Its push must be seen below, so wait for
+        // it, but only until the deadline: the caller's timeout is a bound.
+        // Returning early is safe: whatever it pushes later is handled by the
+        // next call (a retried shutdown, or the pool's drop, which waits
+        // without a deadline), and until then nothing else takes from the
+        // injector of a pool whose threads are gone.
         while !self.inflight.is_empty() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
             std::thread::yield_now();
         }
+        // What remains (a job pushed by a pool thread of this pool after the
+        // last worker's final look; a worker that retired with jobs; what an
+        // in-flight submitter pushed) is handled here, as the mode says.
         loop {
             match self.injector.steal() {
                 Steal::Success(job) if self.state() == CANCELLING => {
@@ -91,5 +105,85 @@ impl Registry {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::{Arc, Barrier, mpsc};
+    use std::time::Duration;
+
+    use crate::job::HeapJob;
+    use crate::{Pool, Shutdown};
+
+    /// Counts how a job ended: run, or dropped unrun.
+    struct Outcome {
+        ran: Arc<AtomicUsize>,
+        dropped: Arc<AtomicUsize>,
+        done: bool,
+    }
+
+    impl Drop for Outcome {
+        fn drop(&mut self) {
+            if !self.done {
+                self.dropped.fetch_add(1, SeqCst);
+            }
+        }
+    }
+
+    /// Issue 30.9: a cancelling shutdown's last step waited for every
+    /// foreign submission in flight with no regard for its timeout, so
+    /// `shutdown(Cancel, 50 ms)` lasted as long as a submitter stayed
+    /// between its open-check and its push. Here one is held there (the
+    /// ticket taken, the push not done) until the test lets it go: the
+    /// shutdown must come back timed out, and a later shutdown must still
+    /// account for what the submitter pushed (cancelled exactly once).
+    #[test]
+    fn a_cancelling_shutdown_times_out_while_a_foreign_submitter_is_in_flight() {
+        let pool = Pool::builder().min_threads(2).build().unwrap();
+        let registry = pool.registry().clone();
+        let (ran, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let holding = Arc::new(Barrier::new(2));
+        let (release, released) = mpsc::channel::<()>();
+        let submitter = {
+            let (registry, holding) = (registry.clone(), holding.clone());
+            let outcome = Outcome { ran: ran.clone(), dropped: dropped.clone(), done: false };
+            std::thread::spawn(move || {
+                let open = registry.open_submission(None).expect("the pool is open");
+                holding.wait();
+                let _ = released.recv();
+                let job = HeapJob::into_job_ref(move || {
+                    let mut outcome = outcome;
+                    outcome.done = true;
+                    outcome.ran.fetch_add(1, SeqCst);
+                });
+                registry.push_internal(job);
+                drop(open);
+            })
+        };
+        holding.wait();
+        let (tx, rx) = mpsc::channel();
+        let shutter = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(pool.shutdown(Shutdown::Cancel, Some(Duration::from_millis(50))));
+            })
+        };
+        // A watchdog, not a timing: the bug kept the shutdown waiting for
+        // the held submitter, which is released only after this.
+        let first = rx.recv_timeout(Duration::from_secs(30)).ok();
+        let _ = release.send(());
+        submitter.join().unwrap();
+        shutter.join().unwrap();
+        match first {
+            Some(Err(crate::ShutdownTimedOut)) => {}
+            Some(Ok(())) => panic!("shutdown(Cancel, 50 ms) returned Ok with a submission in flight"),
+            None => {
+                panic!("watchdog: shutdown(Cancel, 50 ms) had not returned after 30 s (it waited for the submitter)")
+            }
+        }
+        assert_eq!(pool.shutdown(Shutdown::Cancel, None), Ok(()));
+        assert_eq!((ran.load(SeqCst), dropped.load(SeqCst)), (0, 1), "(ran, dropped unrun)");
     }
 }
