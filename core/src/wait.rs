@@ -24,7 +24,8 @@
 
 use std::time::Instant;
 
-use crate::job::{JobRef, Tag};
+use crate::deque::Steal;
+use crate::job::{JobRef, TAG_NEVER_HELP, Tag};
 use crate::latch::Awaitable;
 use crate::sleep::NO_REGION;
 use crate::worker::WorkerThread;
@@ -92,15 +93,24 @@ impl WorkerThread {
             };
             latch.register_sleeper(&self.registry, self.index);
             let outer_stalled = self.counters().stalled.swap(true, std::sync::atomic::Ordering::Relaxed);
+            // A job of the region found in the global queue by the re-check.
+            let found = std::cell::Cell::new(None);
             {
                 // Inside a blocking region the thread is counted already.
                 let _waiting = (self.blocking_depth.get() == 0).then(|| registry.enter_waiting());
                 registry.sleep.park_waiter(self.index, region, timeout, || {
-                    latch.probe() || (region != NO_REGION && self.region_work_visible(region))
+                    latch.probe()
+                        || (region != NO_REGION && self.region_work_visible(region))
+                        || self.look_in_global_queue(region, &found)
                 });
             }
             self.set_stalled(outer_stalled);
             latch.unregister_sleeper(self.index);
+            if let Some(job) = found.take() {
+                self.count_global_pop();
+                self.execute(job);
+                spin_until = None;
+            }
         }
     }
 
@@ -135,6 +145,75 @@ impl WorkerThread {
             }
             self.hand_over(job);
         }
+    }
+
+    /// The waiter's last look before it parks (issue 30.6): a job of
+    /// `region` in the global queue, put in `found`. A pool task's
+    /// `SpawnOptions::global` jobs keep its region, so on a `Fixed` pool
+    /// whose workers all wait on such jobs, nobody else can ever run them.
+    ///
+    /// Isolation holds: only a job of the waiter's own region is taken
+    /// (any other job the look passes over goes back to the end of the
+    /// queue, and a parked waiter of that job's region is woken, since it
+    /// may be the one that needs it). It is cheap where it does not matter:
+    /// while any thread is idle, searching, spinning or starting, that
+    /// thread takes global work in order and the waiter does not look; and
+    /// it looks at most `GLOBAL_LOOK` jobs deep unless every thread of the
+    /// pool is waiting or blocked (then nobody else takes from the queue,
+    /// and the whole queue is looked through once). A job deeper than that
+    /// is found by the next thread to get stuck: its look passes over it and
+    /// wakes this waiter. That thread may be one that runs nothing while it
+    /// waits (`NO_REGION`: a timed wait, a wait in a blocking region): it
+    /// looks only when the pool is stuck, and only to wake. Jobs passed over
+    /// lose their place only relative to jobs pushed during the look.
+    ///
+    /// Runs as the park's re-check, after the waiter registered and fenced:
+    /// a global push of the region (a SeqCst CAS, then `notify_for_push`'s
+    /// SeqCst read of the waiter bits) either sees this waiter and wakes
+    /// it, or comes before this look, which then sees the job; a job
+    /// another waiter holds during its look is pushed back and that waiter
+    /// then checks the bits the same way.
+    fn look_in_global_queue(&self, region: Tag, found: &std::cell::Cell<Option<JobRef>>) -> bool {
+        /// How deep a look goes while some thread still runs tasks.
+        const GLOBAL_LOOK: usize = 64;
+        let registry = &*self.registry;
+        if registry.injector.is_empty() || registry.idle_or_starting() > 0 {
+            return false;
+        }
+        let stuck = registry.compensation.waiting() + registry.compensation.blocked() >= registry.live_threads();
+        let limit = match (stuck, region) {
+            (true, _) => registry.injector.len(),
+            (false, NO_REGION) => return false,
+            (false, _) => GLOBAL_LOOK,
+        };
+        let (mut passed, mut hit) = (0, false);
+        while passed < limit {
+            match registry.injector.steal() {
+                // NO_REGION is also the tag of a foreign job not started yet:
+                // such a waiter takes nothing.
+                Steal::Success(job) if region != NO_REGION && job.tag() == region => {
+                    found.set(Some(job));
+                    hit = true;
+                    break;
+                }
+                Steal::Success(job) => {
+                    let tag = job.tag();
+                    registry.injector.push(job);
+                    if tag != TAG_NEVER_HELP {
+                        registry.sleep.wake_waiter_of(tag);
+                    }
+                    passed += 1;
+                }
+                Steal::Empty => break,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
+        if passed > 0 {
+            // A worker that looked while this one held a job may have
+            // found the queue empty and parked: announce the jobs again.
+            self.registry.wake_for_new_work();
+        }
+        hit
     }
 
     /// Work of another region met while waiting: not ours to run nested, so

@@ -125,6 +125,8 @@ impl WorkerThread {
         self.deque.push(job);
         if was_empty {
             self.offer_pushed_work(region);
+        } else {
+            self.offer_to_waiter(region);
         }
     }
 
@@ -142,12 +144,24 @@ impl WorkerThread {
         self.deque.push_with(|| make().tagged(region));
         if was_empty {
             self.offer_pushed_work(region);
+        } else {
+            self.offer_to_waiter(region);
         }
     }
 
     fn offer_pushed_work(&self, region: Tag) {
         let woke = self.registry.sleep.notify_after_local_push(region);
         self.registry.after_notify(woke);
+    }
+
+    /// A push onto a non-empty deque: idle workers were offered work by an
+    /// earlier push (rayon's rule), but a waiter of this region, parked
+    /// since, was not, and the job may sit behind this task for as long as
+    /// it runs while the waiter, allowed to run it, sleeps (issue 30.5).
+    /// One load when no waiter of the region is parked.
+    #[inline(always)]
+    fn offer_to_waiter(&self, region: Tag) {
+        self.registry.sleep.notify_waiter_for_push(region);
     }
 
     #[inline]
@@ -429,6 +443,10 @@ impl WorkerThread {
 
     pub(crate) fn count_local_pop(&self) {
         self.count(Source::Local);
+    }
+
+    pub(crate) fn count_global_pop(&self) {
+        self.count(Source::Global);
     }
 
     fn count(&self, source: Source) {

@@ -250,3 +250,186 @@ fn wait_timeout_on_a_pool_thread_does_not_run_the_task_inline() {
         "Group::wait_timeout(10 ms) returned {group_result} after {group_took:?}"
     );
 }
+
+// Issue 30.5: only a push onto an *empty* deque offered work to a parked
+// waiter, and only when no idle worker existed. Here T waits (parked) on a
+// group whose task P runs on another worker; P pushes J1 and J2 (T's
+// region) and then stays busy. J1's push wakes the idle worker, which takes
+// J1 and stays in it; J2's push found the deque non-empty and woke nobody,
+// so J2 sat behind P while T, allowed to run it, slept until the test let
+// everything go. Now a push of a region's work wakes a parked waiter of
+// that region: J2 must run while J1 and P are still held. (No timing is
+// asserted; the watchdog only turns the old hang into a failure.)
+#[test]
+fn a_parked_waiter_is_woken_for_its_regions_second_job() {
+    let pool = fixed(3);
+    let (hold_j1, hold_p) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let (_o1, _o2) = (OpenOnDrop(hold_j1.clone()), OpenOnDrop(hold_p.clone()));
+    let (j2_ran, j2_seen) = std::sync::mpsc::channel::<std::thread::ThreadId>();
+    let waiter = {
+        let (p, hold_j1, hold_p) = (pool.clone(), hold_j1.clone(), hold_p.clone());
+        pool.submit(move || {
+            let group = p.group();
+            let p_started = Arc::new(AtomicBool::new(false));
+            {
+                let (p2, p_started) = (p.clone(), p_started.clone());
+                group
+                    .spawn(move || {
+                        p_started.store(true, SeqCst);
+                        // Push only once T is parked in its wait.
+                        while p2.stats().blocked_threads == 0 {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                        p2.spawn(move || hold_j1.wait()).unwrap();
+                        p2.spawn(move || j2_ran.send(std::thread::current().id()).unwrap()).unwrap();
+                        hold_p.wait();
+                    })
+                    .unwrap();
+            }
+            // P must run on another worker: do not wait (and help) before.
+            while !p_started.load(SeqCst) {
+                std::thread::yield_now();
+            }
+            group.wait().unwrap();
+        })
+        .unwrap()
+    };
+    let ran_on = j2_seen.recv_timeout(Duration::from_secs(30));
+    hold_j1.open();
+    hold_p.open();
+    watchdog(HANG, "T's wait ends once P is released", move || waiter.wait().unwrap());
+    assert!(ran_on.is_ok(), "J2 did not run while J1 and P were held: its region's waiter was not woken");
+}
+
+/// Two tasks on a 2-thread `Fixed` pool, each spawning `n` jobs with
+/// `SpawnOptions::global` into a group and waiting on it; `before` runs
+/// once both tasks hold their worker and before either spawns. Returns how
+/// many of the 2 × n jobs ran.
+fn global_region_jobs_on_a_fixed_pool(n: usize, before: fn(&Pool)) -> usize {
+    watchdog(HANG, "waiters of global region jobs", move || {
+        let pool = fixed(2);
+        let both = Arc::new(std::sync::Barrier::new(3));
+        let go = Arc::new(Gate::default());
+        let _open = OpenOnDrop(go.clone());
+        let tasks: Vec<_> = (0..2)
+            .map(|_| {
+                let (p, both, go) = (pool.clone(), both.clone(), go.clone());
+                pool.submit(move || {
+                    both.wait();
+                    go.wait();
+                    let group = p.group();
+                    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                    for _ in 0..n {
+                        let ran = ran.clone();
+                        let opts = wspool::SpawnOptions { global: true, group: Some(&group), ..Default::default() };
+                        p.spawn_with(opts, move || {
+                            ran.fetch_add(1, SeqCst);
+                        })
+                        .unwrap();
+                    }
+                    group.wait().unwrap();
+                    ran.load(SeqCst)
+                })
+                .unwrap()
+            })
+            .collect();
+        both.wait();
+        before(&pool);
+        go.open();
+        tasks.into_iter().map(|t| t.wait().unwrap()).sum()
+    })
+}
+
+// Issue 30.6: a job a pool task spawns with `SpawnOptions::global` keeps the
+// task's region, but a helping waiter never looked at the global queue: on
+// a `Fixed` pool whose two workers both wait on such jobs, every job the
+// pool needed was queued, of a waiter's own region, and nothing ran it
+// (deadlock). A waiter now takes its own region's jobs from the global
+// queue when no other thread is free to.
+#[test]
+fn fixed_pool_waiters_run_their_own_global_region_jobs() {
+    assert_eq!(global_region_jobs_on_a_fixed_pool(4, |_| {}), 8);
+}
+
+// The same with 100 foreign jobs queued ahead of the region jobs, deeper
+// than one look of a waiter while the other worker still runs: the looks
+// of both waiters go on through the queue (and wake each other for the
+// jobs they pass over) until each finds its own. The foreign jobs run
+// afterwards.
+#[test]
+fn fixed_pool_waiters_find_global_region_jobs_behind_foreign_work() {
+    static FOREIGN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let ran = global_region_jobs_on_a_fixed_pool(4, |pool| {
+        for _ in 0..100 {
+            pool.spawn(|| {
+                FOREIGN.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+        }
+    });
+    assert_eq!(ran, 8);
+    eventually(HANG, "the foreign jobs ran", || FOREIGN.load(SeqCst) == 100);
+}
+
+// The region jobs behind 100 foreign ones again, but the pool's other
+// worker waits inside a blocking region (a wait that runs nothing): T1
+// parks after a look that did not reach its jobs, and T2, the last thread
+// to get stuck, must look through the queue for T1 (and wake it), though
+// it may take nothing from it. Without that, both slept for good.
+#[test]
+fn a_waiter_that_runs_nothing_still_wakes_the_waiter_whose_global_jobs_it_passes() {
+    static FOREIGN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let ran = watchdog(HANG, "a region waiter behind foreign work, the other worker blocked", || {
+        let pool = fixed(2);
+        let group = pool.group();
+        let both = Arc::new(std::sync::Barrier::new(3));
+        let go = Arc::new(Gate::default());
+        let _open = OpenOnDrop(go.clone());
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let t1 = {
+            let (p, both, go, group, ran) = (pool.clone(), both.clone(), go.clone(), group.clone(), ran.clone());
+            pool.submit(move || {
+                both.wait();
+                go.wait();
+                for _ in 0..4 {
+                    let ran = ran.clone();
+                    let opts = wspool::SpawnOptions { global: true, group: Some(&group), ..Default::default() };
+                    p.spawn_with(opts, move || {
+                        ran.fetch_add(1, SeqCst);
+                    })
+                    .unwrap();
+                }
+                group.wait().unwrap();
+            })
+            .unwrap()
+        };
+        let t2 = {
+            let (p, both, go, group) = (pool.clone(), both.clone(), go.clone(), group.clone());
+            pool.submit(move || {
+                both.wait();
+                go.wait();
+                // Wait only once T1 parked in its wait.
+                while p.stats().blocked_threads == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                wspool::blocking(|| group.wait()).unwrap();
+            })
+            .unwrap()
+        };
+        both.wait();
+        for _ in 0..100 {
+            pool.spawn(|| {
+                FOREIGN.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+        }
+        go.open();
+        t1.wait().unwrap();
+        t2.wait().unwrap();
+        ran.load(SeqCst)
+    });
+    assert_eq!(ran, 4);
+    eventually(HANG, "the foreign jobs ran", || FOREIGN.load(SeqCst) == 100);
+}

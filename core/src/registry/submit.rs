@@ -121,7 +121,7 @@ impl Registry {
 
     /// Threads with nothing to do, about to take a task: starting (their
     /// start hook may still run), searching, spinning or parked idle.
-    pub(super) fn idle_or_starting(&self) -> usize {
+    pub(crate) fn idle_or_starting(&self) -> usize {
         let (searching, sleeping) = self.sleep.counts();
         searching + sleeping + self.sleep.spinners() + self.starting.load(SeqCst)
     }

@@ -58,6 +58,14 @@ pub struct Sleep {
     /// looking for a waiter of its region. On a line of its own: waiters
     /// write it at every park, submitters read `state` at every push.
     waiting: CachePadded<AtomicUsize>,
+    /// Which regions have a waiter parked: the OR of [`region_bit`] over
+    /// `waiters` (`NO_REGION` adds nothing), rewritten under the `sleepers`
+    /// lock whenever the list changes, so it is exact up to hash
+    /// collisions. A push of region work reads it with one load and takes
+    /// the lock only when its region's bit is set (README rule 2): a pool
+    /// with no region waiter parked pays one load of a line that only
+    /// waiters write.
+    waiter_regions: CachePadded<AtomicU64>,
     /// Workers in a debounce spin: idle, neither searching nor parked, and
     /// looking at the global queue (README rule 5). Capped at half the live
     /// workers. A global push that sees one wakes nobody (`notify_global`):
@@ -86,6 +94,14 @@ pub struct Lists {
 /// a blocking region): only its latch wakes it.
 pub const NO_REGION: u64 = 0;
 
+/// A region's bit in `Sleep::waiter_regions` (0 for `NO_REGION`): one of
+/// 64, by a multiplicative hash, since regions are counted per thread and
+/// their low bits alone would collide for every thread's n-th region.
+#[inline]
+fn region_bit(region: u64) -> u64 {
+    if region == NO_REGION { 0 } else { 1 << (region.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) }
+}
+
 impl Sleep {
     /// Bookkeeping for `slots` workers.
     pub fn new(slots: usize) -> Sleep {
@@ -93,6 +109,7 @@ impl Sleep {
             state: AtomicU64::new(0),
             sleepers: Mutex::new(Lists { idle: Vec::with_capacity(slots), waiters: Vec::new() }),
             waiting: CachePadded::new(AtomicUsize::new(0)),
+            waiter_regions: CachePadded::new(AtomicU64::new(0)),
             spinning: CachePadded::new(AtomicUsize::new(0)),
             parkers: (0..slots).map(|_| Parker::new()).collect(),
         }
@@ -197,17 +214,33 @@ impl Sleep {
         self.wake_sleeper(true)
     }
 
-    /// After a pool thread pushed work of its isolation `region` (and
-    /// fenced, as for [`Sleep::notify_one`]): wakes an idle worker if nobody
-    /// searches; failing that, a waiter of the same region, which can help
-    /// with it. Wakes nobody while a searcher exists (it will find the job).
+    /// After a pool thread pushed work of its isolation `region` onto an
+    /// empty deque or the global queue (and fenced, as for
+    /// [`Sleep::notify_one`]): wakes an idle worker if nobody searches (a
+    /// searcher will find the job), and also a parked waiter of the same
+    /// region if there is one (README rule 2): the waiter may run the job
+    /// and is otherwise asleep, while the idle worker or the searcher may
+    /// take other work first and leave this job queued behind it.
     pub fn notify_for_push(&self, region: u64) -> bool {
         let s = self.state.load(SeqCst);
-        if searching(s) > 0 {
+        let woke_idle = searching(s) == 0 && sleeping(s) > 0 && self.wake_sleeper(true);
+        self.wake_waiter_of(region) || woke_idle
+    }
+
+    /// After a pool thread pushed work of its `region` onto a deque that
+    /// was not empty (rayon's rule: an earlier push already offered work to
+    /// idle workers): wakes a parked waiter of that region, if one exists,
+    /// so it helps instead of sleeping while the job waits behind the
+    /// pusher's task. One load when no such waiter is parked. No fence
+    /// before that load (a fence per push is what rayon's rule saves): a
+    /// waiter registering at that very moment can miss this push, if its
+    /// re-check also misses it (the push still in the pusher's store
+    /// buffer); the job then runs when the pusher or a thief next looks at
+    /// that deque, as every job pushed onto a non-empty deque does.
+    #[inline]
+    pub fn notify_waiter_for_push(&self, region: u64) -> bool {
+        if self.waiter_regions.load(SeqCst) & region_bit(region) == 0 {
             return false;
-        }
-        if sleeping(s) > 0 && self.wake_sleeper(true) {
-            return true;
         }
         self.wake_waiter_of(region)
     }
@@ -226,8 +259,13 @@ impl Sleep {
         self.notify_for_push(region)
     }
 
-    fn wake_waiter_of(&self, region: u64) -> bool {
-        if region == NO_REGION || self.waiting.load(SeqCst) == 0 {
+    /// Wakes a parked waiter of `region`, if any. Also used for a job of
+    /// `region` met in the global queue by another waiter (`wait.rs`).
+    pub fn wake_waiter_of(&self, region: u64) -> bool {
+        // SeqCst, after the caller's fence (or SeqCst push): pairs with the
+        // waiter's SeqCst update of `waiter_regions` and the fence before
+        // its re-check, as `state` does for idle workers.
+        if self.waiter_regions.load(SeqCst) & region_bit(region) == 0 {
             return false;
         }
         let index = {
@@ -236,10 +274,19 @@ impl Sleep {
                 return false;
             };
             self.waiting.fetch_sub(1, SeqCst);
-            lists.waiters.swap_remove(pos).0
+            let index = lists.waiters.swap_remove(pos).0;
+            self.rewrite_waiter_regions(&lists);
+            index
         };
         self.parkers[index].unpark();
         true
+    }
+
+    /// `waiter_regions` from the list; called under the `sleepers` lock,
+    /// which every writer holds, so no update is lost.
+    fn rewrite_waiter_regions(&self, lists: &Lists) {
+        let bits = lists.waiters.iter().fold(0, |bits, &(_, r)| bits | region_bit(r));
+        self.waiter_regions.store(bits, SeqCst);
     }
 
     /// Wakes everybody (shutdown).
@@ -303,6 +350,7 @@ impl Sleep {
             Some(pos) => {
                 lists.waiters.swap_remove(pos);
                 self.waiting.fetch_sub(1, SeqCst);
+                self.rewrite_waiter_regions(&lists);
                 true
             }
             None => false,
@@ -310,8 +358,10 @@ impl Sleep {
     }
 
     /// Parks worker `index` inside a wait. It is woken by `wake_worker`
-    /// (its latch was set), by a push of work of its `region`
-    /// ([`Sleep::notify_for_push`]; `NO_REGION`: never), or by the timeout.
+    /// (its latch was set), by work of its `region` (`NO_REGION`: never)
+    /// pushed onto a deque or the global queue ([`Sleep::notify_for_push`],
+    /// [`Sleep::notify_waiter_for_push`]) or met in the global queue by
+    /// another waiter ([`Sleep::wake_waiter_of`]), or by the timeout.
     /// `ready` re-checks the latch and the region's work after the worker
     /// is registered (the same Dekker argument as [`Sleep::park`]). A
     /// waiter is neither idle nor searching: it never takes a submitter's
@@ -320,6 +370,7 @@ impl Sleep {
         {
             let mut lists = lock(&self.sleepers);
             lists.waiters.push((index, region));
+            self.waiter_regions.fetch_or(region_bit(region), SeqCst);
             self.waiting.fetch_add(1, SeqCst);
         }
         fence(SeqCst);
