@@ -93,7 +93,7 @@ impl Pool {
     pub fn group_scope<R>(&self, f: impl FnOnce(&LocalGroup<'_>) -> R) -> R {
         // SAFETY: `self` outlives this call, and the state does not.
         let registry = unsafe { RegistryRef::borrowed(self.registry()) };
-        let group = LocalGroup { inner: GroupInner::new(registry, false), pool: PhantomData };
+        let group = LocalGroup { inner: GroupInner::new(registry), pool: PhantomData };
         let result = catch_unwind(AssertUnwindSafe(|| f(&group)));
         // SAFETY: the state's own handle count, given up once; the state
         // lives in this frame until `finish_placed` saw every count go.
@@ -135,7 +135,7 @@ impl GroupPlace {
             None => RegistryRef::counted(registry.clone()),
         };
         // SAFETY: per the contract.
-        unsafe { place.write(GroupPlace { inner: GroupInner::new(registry, false) }) };
+        unsafe { place.write(GroupPlace { inner: GroupInner::new(registry) }) };
         // SAFETY: just written; `&raw` avoids a reference to a place the
         // caller may share.
         Group { inner: unsafe { NonNull::new_unchecked(&raw mut (*place).inner) } }

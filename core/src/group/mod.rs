@@ -143,8 +143,7 @@ impl Drop for Group {
 
 impl Group {
     pub(crate) fn new(registry: Arc<Registry>) -> Group {
-        let inner = Box::new(GroupInner::new(RegistryRef::counted(registry), true));
-        Group { inner: NonNull::from(Box::leak(inner)) }
+        Group { inner: GroupInner::boxed(RegistryRef::counted(registry)) }
     }
 
     fn inner(&self) -> &GroupInner {

@@ -139,21 +139,53 @@ pub(crate) struct GroupInner {
     /// A pointer rather than a mutex: a group that never panics never
     /// touches it, and setting it is one compare-exchange.
     panic: AtomicPtr<Payload>,
-    /// Allocated by `Group::new` and freed when `refs` reaches zero (else
-    /// the memory belongs to whoever placed the state).
-    heap: bool,
+    /// A state allocated by [`GroupInner::boxed`], freed when `refs`
+    /// reaches zero, through this pointer (None: the memory belongs to
+    /// whoever placed the state). The pointer `Box::into_raw` returned,
+    /// kept because it may free: those in handles may too, but members
+    /// and waiters derive theirs from a shared reference (`&self`), which
+    /// may only read.
+    heap: Option<HeapPtr>,
 }
 
+#[derive(Clone, Copy)]
+struct HeapPtr(NonNull<GroupInner>);
+
+// SAFETY: only used to free the state, once, by whoever drops its last
+// count; the state itself is Send + Sync.
+unsafe impl Send for HeapPtr {}
+unsafe impl Sync for HeapPtr {}
+
 impl GroupInner {
-    /// A state with one handle and no tasks.
-    pub(super) fn new(registry: RegistryRef, heap: bool) -> GroupInner {
+    /// A state with one handle and no tasks, for memory its owner keeps.
+    pub(super) fn new(registry: RegistryRef) -> GroupInner {
         GroupInner {
             refs: AtomicU64::new(HANDLE),
             registry,
             signal: Signal::default(),
             panic: AtomicPtr::new(std::ptr::null_mut()),
-            heap,
+            heap: None,
         }
+    }
+
+    /// A state with one handle and no tasks on the heap, freed by whoever
+    /// drops its last count.
+    pub(super) fn boxed(registry: RegistryRef) -> NonNull<GroupInner> {
+        let raw = Box::into_raw(Box::new(GroupInner::new(registry)));
+        // SAFETY: from Box::into_raw, so non-null, and not shared yet.
+        unsafe {
+            (*raw).heap = Some(HeapPtr(NonNull::new_unchecked(raw)));
+            NonNull::new_unchecked(raw)
+        }
+    }
+
+    /// Frees a heap state.
+    ///
+    /// # Safety
+    /// `heap` is the state's own pointer and no count of it is left.
+    unsafe fn free(heap: HeapPtr) {
+        // SAFETY: per the contract; it came from Box::into_raw.
+        drop(unsafe { Box::from_raw(heap.0.as_ptr()) });
     }
 
     pub(super) fn pending(&self) -> u64 {
@@ -202,10 +234,12 @@ impl GroupInner {
         let inner = unsafe { this.as_ref() };
         let heap = inner.heap;
         // A SLEEPER bit left behind by a waiter that went away is no count.
-        if (inner.refs.fetch_sub(n, Release) - n) & !SLEEPER == 0 && heap {
+        if (inner.refs.fetch_sub(n, Release) - n) & !SLEEPER == 0
+            && let Some(heap) = heap
+        {
             std::sync::atomic::fence(Acquire);
-            // SAFETY: no references are left; it came from Box::leak.
-            drop(unsafe { Box::from_raw(this.as_ptr()) });
+            // SAFETY: no references are left.
+            unsafe { Self::free(heap) };
         }
     }
 
@@ -252,7 +286,9 @@ impl GroupInner {
             inner.signal.notify();
             // SAFETY: the borrowed handle reference from above.
             unsafe { Self::release(this, HANDLE) };
-        } else if next == 0 && heap {
+        } else if next == 0
+            && let Some(heap) = heap
+        {
             // The last reference was this task's: every handle was dropped
             // while it was pending (a `Group` dropped, `wspool_group_destroy`
             // with tasks pending), so nobody else will free the state. No
@@ -260,8 +296,8 @@ impl GroupInner {
             // left), and no count can come back: a new handle or task needs
             // a live handle. A placed state at zero is its owner's to reuse
             // (`released`), and untouched here.
-            // SAFETY: no reference is left, and a heap state came from Box::leak.
-            drop(unsafe { Box::from_raw(this.as_ptr()) });
+            // SAFETY: no reference is left.
+            unsafe { Self::free(heap) };
         }
     }
 
