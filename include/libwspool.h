@@ -761,7 +761,10 @@ int wspool_group_create(struct wspool *pool, struct wspool_group **out);
  * (`wspool_group_submit`, `wspool_submit_ex`'s `opts.group`, `wspool_group_wait`), then call
  * `wspool_group_fini` (never `wspool_group_destroy`) before `storage` goes out of scope, is
  * reused or freed: `storage` must stay where it is and untouched until then. Like a created
- * group, it may outlive its pool: submissions then fail with `WSPOOL_ESHUTDOWN`.
+ * group, and wherever it was placed (from a task on the pool too, which may return without
+ * finalising it), it keeps what it needs of the pool alive until `wspool_group_fini`, so it may
+ * outlive its pool: submissions then fail with `WSPOOL_ESHUTDOWN`, and `storage` is the only
+ * memory it uses.
  */
 int wspool_group_init(struct wspool_group_storage *storage, struct wspool *pool, struct wspool_group **out);
 
@@ -785,8 +788,9 @@ int wspool_group_submit(struct wspool_group *g, wspool_fn fn, void *arg);
 int wspool_group_wait(struct wspool_group *g, int64_t timeout_ms);
 
 /**
- * Frees a group made by `wspool_group_create`; tasks still pending keep running (the group is
- * freed after the last). NULL is a no-op; a group placed by `wspool_group_init` is left alone
+ * Frees a group made by `wspool_group_create`: at once when none of its tasks is pending, else
+ * as the last pending task finishes (they still run). NULL is a no-op; a group placed by
+ * `wspool_group_init` is left alone
  * (an error for `wspool_last_error`): finalise it with `wspool_group_fini`.
  */
 void wspool_group_destroy(struct wspool_group *g);

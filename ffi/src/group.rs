@@ -75,7 +75,10 @@ pub unsafe extern "C" fn wspool_group_create(pool: *mut wspool, out: *mut *mut w
 /// (`wspool_group_submit`, `wspool_submit_ex`'s `opts.group`, `wspool_group_wait`), then call
 /// `wspool_group_fini` (never `wspool_group_destroy`) before `storage` goes out of scope, is
 /// reused or freed: `storage` must stay where it is and untouched until then. Like a created
-/// group, it may outlive its pool: submissions then fail with `WSPOOL_ESHUTDOWN`.
+/// group, and wherever it was placed (from a task on the pool too, which may return without
+/// finalising it), it keeps what it needs of the pool alive until `wspool_group_fini`, so it may
+/// outlive its pool: submissions then fail with `WSPOOL_ESHUTDOWN`, and `storage` is the only
+/// memory it uses.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_group_init(
     storage: *mut wspool_group_storage,
@@ -134,8 +137,9 @@ pub unsafe extern "C" fn wspool_group_wait(g: *mut wspool_group, timeout_ms: i64
     })
 }
 
-/// Frees a group made by `wspool_group_create`; tasks still pending keep running (the group is
-/// freed after the last). NULL is a no-op; a group placed by `wspool_group_init` is left alone
+/// Frees a group made by `wspool_group_create`: at once when none of its tasks is pending, else
+/// as the last pending task finishes (they still run). NULL is a no-op; a group placed by
+/// `wspool_group_init` is left alone
 /// (an error for `wspool_last_error`): finalise it with `wspool_group_fini`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_group_destroy(g: *mut wspool_group) {
