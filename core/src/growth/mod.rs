@@ -24,6 +24,8 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 pub(crate) mod compensation;
 mod monitor;
 mod sample;
+#[cfg(test)]
+mod sim;
 
 /// Only `priority.rs`'s Linux nice values need a thread id outside `growth`.
 #[cfg(target_os = "linux")]
@@ -304,4 +306,23 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
     blocking_begin();
     let _end = End;
     f()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use crate::worker::WorkerThread;
+
+    /// The monitor must not count a worker in a declared blocking region a
+    /// second time (issue 11, defect 2): inside `blocking`, and only there,
+    /// the worker's slot says `DECLARED`, which the sampler passes over
+    /// (`growth::sim::tests::declared_blocking_is_counted_once`).
+    #[test]
+    fn a_blocking_region_marks_its_worker_declared() {
+        let pool = crate::Pool::builder().min_threads(1).build().unwrap();
+        let mark = || WorkerThread::current().map(|w| w.counters().in_task.load(Relaxed));
+        let (inside, outside) = pool.submit(move || (crate::blocking(mark), mark())).unwrap().wait().unwrap();
+        assert_eq!((inside, outside), (Some(super::sample::DECLARED), Some(super::sample::IN_TASK)));
+    }
 }

@@ -26,6 +26,63 @@ use std::time::Instant;
 
 use crate::registry::Registry;
 
+/// What `Progress` and `Sampler` read: the workers' counters and the
+/// kernel's view of their threads. One seam, so that the controller's tests
+/// (`sim.rs`) script what a pool shows; production reads the registry
+/// (`impl Signals for Registry`), with the loads and system calls it always
+/// made: the methods are inlined into the monomorphised callers.
+pub(crate) trait Signals {
+    /// Slots `[0, high_water)` may hold a thread.
+    fn high_water(&self) -> usize;
+    fn occupied(&self, slot: usize) -> bool;
+    /// The slot's completions (never goes back).
+    fn completed(&self, slot: usize) -> u64;
+    /// The slot's thread's CPU clock handle, 0 before it started.
+    fn cpu_clock(&self, slot: usize) -> u64;
+    /// The slot's `in_task` mark (`IN_TASK`, `DECLARED` or 0).
+    fn in_task(&self, slot: usize) -> u64;
+    fn tid(&self, slot: usize) -> u64;
+    /// CPU time of the thread with this clock, None once it is gone.
+    fn read_cpu_clock(&self, clock: u64) -> Option<u64>;
+    /// Is the thread asleep in the kernel? None when unreadable.
+    fn asleep(&self, tid: u64) -> Option<bool>;
+}
+
+impl Signals for Registry {
+    #[inline]
+    fn high_water(&self) -> usize {
+        self.high_water.load(Relaxed)
+    }
+    #[inline]
+    fn occupied(&self, slot: usize) -> bool {
+        self.slots[slot].occupied.load(Relaxed)
+    }
+    #[inline]
+    fn completed(&self, slot: usize) -> u64 {
+        self.slots[slot].counters.completed.load(Relaxed)
+    }
+    #[inline]
+    fn cpu_clock(&self, slot: usize) -> u64 {
+        self.slots[slot].counters.cpu_clock.load(Relaxed)
+    }
+    #[inline]
+    fn in_task(&self, slot: usize) -> u64 {
+        self.slots[slot].counters.in_task.load(Relaxed)
+    }
+    #[inline]
+    fn tid(&self, slot: usize) -> u64 {
+        self.slots[slot].counters.tid.load(Relaxed)
+    }
+    #[inline]
+    fn read_cpu_clock(&self, clock: u64) -> Option<u64> {
+        read_cpu_clock(clock)
+    }
+    #[inline]
+    fn asleep(&self, tid: u64) -> Option<bool> {
+        asleep(tid)
+    }
+}
+
 /// Workers sampled per tick.
 pub(crate) const SAMPLE_PER_TICK: usize = 8;
 /// Worker completion counters read per tick.
@@ -54,13 +111,13 @@ impl Progress {
     }
 
     /// Reads the next batch of counters; returns the running total.
-    pub(crate) fn update(&mut self, registry: &Registry) -> u64 {
-        let n = registry.high_water.load(Relaxed).min(self.last.len());
+    pub(crate) fn update(&mut self, pool: &impl Signals) -> u64 {
+        let n = pool.high_water().min(self.last.len());
         for _ in 0..n.min(SCAN_PER_TICK) {
             if self.cursor >= n {
                 self.cursor = 0;
             }
-            let now = registry.slots[self.cursor].counters.completed.load(Relaxed);
+            let now = pool.completed(self.cursor);
             // A slot's counter never goes back: it outlives the threads that use it.
             self.total += now.wrapping_sub(self.last[self.cursor]);
             self.last[self.cursor] = now;
@@ -146,8 +203,8 @@ impl Sampler {
     }
 
     /// Samples the next `SAMPLE_PER_TICK` occupied slots.
-    pub(crate) fn sample(&mut self, registry: &Registry, now: Instant) {
-        let n = registry.high_water.load(Relaxed).min(self.entries.len());
+    pub(crate) fn sample(&mut self, pool: &impl Signals, now: Instant) {
+        let n = pool.high_water().min(self.entries.len());
         // Free slots (threads retired since the pool was larger) are passed
         // over without using up the tick's budget: otherwise the survivors of
         // a shrink are read once every high_water / SAMPLE_PER_TICK ticks and
@@ -161,28 +218,28 @@ impl Sampler {
             if self.cursor >= n {
                 self.cursor = 0;
             }
-            if !registry.slots[self.cursor].occupied.load(Relaxed) {
-                self.record(self.cursor, None, now, asleep);
+            if !pool.occupied(self.cursor) {
+                self.record(self.cursor, None, now, |_| None);
                 self.cursor += 1;
                 continue;
             }
             sampled += 1;
-            let c = &registry.slots[self.cursor].counters;
-            let clock = c.cpu_clock.load(Relaxed);
-            let in_task = c.in_task.load(Relaxed);
-            let occupied = registry.slots[self.cursor].occupied.load(Relaxed);
+            let slot = self.cursor;
+            let clock = pool.cpu_clock(slot);
+            let in_task = pool.in_task(slot);
+            let occupied = pool.occupied(slot);
             let reading = if occupied && clock != 0 && in_task != DECLARED {
-                read_cpu_clock(clock).map(|cpu_ns| Reading {
+                pool.read_cpu_clock(clock).map(|cpu_ns| Reading {
                     clock,
-                    tid: c.tid.load(Relaxed),
+                    tid: pool.tid(slot),
                     in_task: in_task == IN_TASK,
-                    done: c.completed.load(Relaxed),
+                    done: pool.completed(slot),
                     cpu_ns,
                 })
             } else {
                 None
             };
-            self.record(self.cursor, reading, now, asleep);
+            self.record(slot, reading, now, |tid| pool.asleep(tid));
             self.cursor += 1;
         }
     }
@@ -339,43 +396,60 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The kernel's view of two real threads: one computing, one asleep.
+    /// Each runs until told to stop, and the window opens once the sleeper
+    /// sleeps, so a loaded machine can only delay the readings, not change
+    /// them: however little CPU the spinner gets, it is running or waiting
+    /// to run (busy); the sleeper is neither.
     #[test]
     fn a_sleeping_thread_is_told_from_a_spinning_one() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
         if !hint_available() {
             return;
         }
-        let spawn = |spin: bool| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (release, parked) = std::sync::mpsc::channel::<()>();
+        let mut parked = Some(parked);
+        let mut spawn = |spin: bool| {
             let (tx, rx) = std::sync::mpsc::channel();
+            let stop = stop.clone();
+            let parked = if spin { None } else { parked.take() };
             let handle = std::thread::spawn(move || {
                 tx.send((current_cpu_clock(), current_tid())).unwrap();
-                if spin {
-                    let end = Instant::now() + Duration::from_millis(200);
-                    while Instant::now() < end {
-                        std::hint::spin_loop();
+                match parked {
+                    Some(parked) => drop(parked.recv()),
+                    None => {
+                        while !stop.load(SeqCst) {
+                            std::hint::spin_loop();
+                        }
                     }
-                } else {
-                    std::thread::sleep(Duration::from_millis(200));
                 }
             });
             (rx.recv().unwrap(), handle)
         };
         let ((c0, t0), a) = spawn(true);
         let ((c1, t1), b) = spawn(false);
+        let start = Instant::now();
+        while asleep(t1) != Some(true) {
+            assert!(start.elapsed() < Duration::from_secs(60), "the sleeper never slept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let read =
             |clock, tid| read_cpu_clock(clock).map(|cpu_ns| Reading { clock, tid, in_task: true, done: 0, cpu_ns });
         let mut s = Sampler::new(2);
-        let start = Instant::now();
-        s.record(0, read(c0, t0), start, asleep);
-        s.record(1, read(c1, t1), start, asleep);
+        let first = Instant::now();
+        s.record(0, read(c0, t0), first, asleep);
+        s.record(1, read(c1, t1), first, asleep);
         assert_eq!(s.estimate(), None, "one reading classifies nobody");
         std::thread::sleep(Duration::from_millis(40));
         let later = Instant::now();
         s.record(0, read(c0, t0), later, asleep);
         s.record(1, read(c1, t1), later, asleep);
+        stop.store(true, SeqCst);
+        drop(release);
         a.join().unwrap();
         b.join().unwrap();
-        // However little CPU the spinner got on a loaded machine, it was
-        // running or waiting to run: busy. The sleeper was neither.
         assert_eq!(s.entries[0].class, Class::Busy);
         assert_eq!(s.entries[1].class, Class::Blocked);
         s.reset();
