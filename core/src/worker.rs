@@ -240,6 +240,11 @@ impl WorkerThread {
                 }
                 continue;
             }
+            // A drained queue whose buffer a burst grew gives it back now,
+            // even if this worker never gets to park (one load each).
+            if self.deque.holds_burst() || self.inbox.holds_burst() {
+                self.release_queue_memory();
+            }
             match registry.state() {
                 DRAINING if registry.drained() => break,
                 // A submission admitted before the queue closed is still on
@@ -279,6 +284,9 @@ impl WorkerThread {
                 bump(&self.counters().spin_misses);
                 self.publish_threshold(&debounce);
             }
+            // Parking is the quiescent point: an idle pool keeps minimal
+            // queues (docs/scheduling.md, "What a pool keeps").
+            self.release_queue_memory();
             let keep_alive =
                 (registry.live_threads() > registry.config.min_threads).then_some(registry.config.keep_alive);
             let wake = registry.sleep.park(self.index, searching, keep_alive, |scan| {
@@ -306,6 +314,14 @@ impl WorkerThread {
             self.stop_searching();
         }
         registry.threads.fetch_sub(1, SeqCst);
+    }
+
+    /// Gives back what bursts left in this worker's queues, if they are
+    /// drained (`deque::Worker::release_memory`).
+    #[cold]
+    fn release_queue_memory(&self) {
+        self.deque.release_memory();
+        self.inbox.release_memory();
     }
 
     fn publish_threshold(&self, debounce: &Debounce) {

@@ -1,7 +1,8 @@
 //! The workers' own queues: a Chase-Lev work-stealing deque (the algorithm
-//! and orderings of crossbeam-deque's `Worker`/`Stealer`, LIFO for a
-//! worker's deque and FIFO for its inbox) whose buffer grows and never
-//! shrinks, with no epoch-based reclamation.
+//! and orderings of crossbeam-deque 0.8's `Worker`/`Stealer`, LIFO for a
+//! worker's deque and FIFO for its inbox) whose buffer grows when full and
+//! is given back only when the deque is drained and no thief is reading,
+//! with no epoch-based reclamation.
 //!
 //! Why not crossbeam's deque: it halves its buffer whenever a pop leaves it
 //! a quarter full, and frees every replaced buffer through crossbeam-epoch.
@@ -9,53 +10,81 @@
 //! shrinks it back as they drain: four allocations, four copies and four
 //! epoch-deferred frees per root, about 60 instructions per task in
 //! callgrind (`docs/benchmarks.md`). Its `pop` is also too large to be
-//! inlined, and every steal pins the epoch. Here a buffer is replaced only
-//! when it is full, by one twice as large, and the replaced buffer is kept
-//! until the deque is dropped, so a thief holding a stale buffer pointer
-//! reads valid (if outdated) memory without any pinning. What that costs is
-//! bounded: the retired buffers together are smaller than the current one,
-//! which never exceeds twice the deque's high-water mark.
+//! inlined, and every steal pins the epoch. Here a buffer is replaced by
+//! one twice as large only when it is full, and the replaced buffer is
+//! retired, not freed, so a thief holding a stale buffer pointer reads
+//! valid (if outdated) memory. The memory goes back in
+//! [`Worker::release_memory`], which the owner calls at its quiescent
+//! points (a worker about to park or retire, or finding its deque empty
+//! after a large burst): on a drained deque it swaps in a minimal buffer
+//! and frees the old buffers once no thief is between its load of the
+//! buffer pointer and its read (the `stealing` count, which the owner
+//! reads with a read-modify-write; see `release_memory`).
 //!
 //! # Protocol
 //!
 //! `front` and `back` only grow (wrapping); `back - front` is the length.
 //! Only the owner ([`Worker`]) writes `back` and the buffer's slots. The
-//! owner pushes by writing slot `back`, then publishing `back + 1` with a
-//! Release store. A thief ([`Stealer`]) loads `front` (Acquire), fences
-//! (SeqCst), loads `back` (Acquire), then the buffer (Acquire), reads slot
+//! owner pushes by writing slot `back`, a Release fence, then a store of
+//! `back + 1` (crossbeam's `fence(Release)` + store). A thief
+//! ([`Stealer`]) loads `front` (Acquire), fences (SeqCst), loads `back`
+//! (Acquire), counts itself in `stealing`, loads the buffer (Acquire),
+//! checks that `front` has not moved, reads slot
 //! `front` *speculatively* and claims it with a CAS of `front` to
 //! `front + 1`; a lost CAS forgets the copy it read. A LIFO owner pops by
-//! storing `back - 1`, fencing (SeqCst) and reloading `front`: when more
-//! than one value was left, the slot is the owner's without an RMW (a thief
-//! needs `front < back` and the fence orders the two); the last value goes
-//! to whoever wins the CAS on `front`. A FIFO owner pops like a thief that
-//! need not fence, with a `fetch_add` on `front`.
+//! storing `back - 1` (Relaxed), fencing (SeqCst) and reloading `front`:
+//! when more than one value was left, the slot is the owner's without an
+//! RMW (a thief needs `front < back` and the fences order the two); the
+//! last value goes to whoever wins the CAS on `front`. A FIFO owner pops
+//! like a thief that need not fence, with a `fetch_add` on `front`.
+//!
+//! Why the fence and not a Release store: a thief may read `back` from a
+//! pop's Relaxed store, not from the push that published the slot it is
+//! about to read. A Release *store* would order the slot's write only
+//! for a thief that reads that very store (since C++20, a release
+//! sequence continues through read-modify-writes only, not through the
+//! same thread's later plain stores), so a thief reading the pop's store
+//! would read the slot with no happens-before: a data race, which a
+//! two-value loom model and Miri both report. A Release *fence* before
+//! the store synchronises with an Acquire load that reads *any* later
+//! store of that thread, the pops' included (fence-to-atomic
+//! synchronisation). crossbeam keeps the store Release as well, only so
+//! that ThreadSanitizer, which does not model fences, sees the edge; so
+//! does this file. `make test-loom` builds a mutant with the old Release
+//! store and no fence (`--cfg wspool_mutant_push_release_store`) and
+//! requires `deque_push_pop_race_steal` to report the race.
 //!
 //! The speculative read is a data race by the letter of the Rust memory
 //! model whenever the owner overwrites the slot meanwhile, which needs the
 //! buffer to wrap around under a stalled thief (its `front` is then stale
 //! and its CAS fails, so the bytes it copied are never used as a value).
 //! crossbeam-deque makes the same read, as a volatile one, for the same
-//! reason. loom reports any such race as an error, so the loom models
-//! (`tests/loom.rs`, `deque_*`) exercise growth and the last-value race
-//! without wrap-around, and `tests.rs` here races wrap-around on real
-//! threads.
+//! reason. loom and Miri report any such race as an error, so the loom
+//! models (`tests/loom.rs`, `deque_*`) and the Miri runs of `tests.rs`
+//! (`make test-miri`) race owner and thieves without wrap-around, and the
+//! wrap-around races of `tests.rs` run on real threads only.
 //!
-//! The orderings are crossbeam's; the differences are growth without
-//! shrinking, and buffers retired instead of deferred. crossbeam reloads
-//! the buffer after a thief's read and retries if it changed, because a
-//! replaced buffer may be freed; here a thief loads the buffer after
-//! `back` before every read, and that buffer holds the value at index
-//! `front`: the owner takes that index only through the CAS on `front`
-//! while `front` is there, so it cannot pop it and push it again into a
-//! newer buffer under the thief (see `steal`). A batch steal from a LIFO
-//! deque, which claims one index at a time, reloads the buffer for each.
+//! Differences from crossbeam: growth without shrinking on the hot path,
+//! buffers retired instead of deferred, and memory given back at
+//! quiescent points. crossbeam reloads the buffer after a thief's read and
+//! retries if it changed, because a replaced buffer may be freed; here a
+//! thief loads the buffer after `back` before every read, and that buffer
+//! holds the value at index `front`: the owner takes that index only
+//! through the CAS on `front` while `front` is there, so it cannot pop it
+//! and push it again into a newer buffer under the thief (see `steal`).
+//! The one buffer that may not hold it is a minimal one swapped in by
+//! `release_memory`, which happens only on a drained deque: every index
+//! below `back` has then been claimed through `front`, so `front` has
+//! moved past the thief's index, and the thief sees that before it reads
+//! (`still_at`) and retries. A batch steal from a
+//! LIFO deque, which claims one index at a time, reloads the buffer for
+//! each.
 
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 
 use crossbeam_utils::CachePadded;
 
@@ -69,6 +98,17 @@ const MIN_CAP: usize = 2;
 
 /// The most values a batch steal moves at once (crossbeam's `MAX_BATCH`).
 const MAX_BATCH: usize = 32;
+
+/// A buffer at least this large is given back as soon as the owner finds
+/// its deque drained ([`Worker::holds_burst`]), not only when it parks:
+/// a busy worker that never parks does not keep a burst's memory. Smaller
+/// ones stay until the owner parks, so a W4 root that forks 1,000 children
+/// keeps its 1,024 slots from one root to the next (reallocating them per
+/// root is what crossbeam's shrinking costs).
+#[cfg(not(loom))]
+const BURST_CAP: usize = 1 << 14;
+#[cfg(loom)]
+const BURST_CAP: usize = 4;
 
 /// The outcome of a steal: crossbeam's `Steal`.
 #[must_use]
@@ -91,13 +131,42 @@ enum Flavor {
 /// A power-of-two ring of slots, indexed by the deque's wrapping indices.
 struct Buffer<T> {
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    /// Under loom a freed buffer is not freed but written here, and every
+    /// read of a slot reads it: loom then reports a free that is not
+    /// ordered after a thief's read (a use after free on real threads) as
+    /// a causality violation.
+    #[cfg(loom)]
+    freed: UnsafeCell<()>,
 }
 
 impl<T> Buffer<T> {
     fn allocate(cap: usize) -> *mut Buffer<T> {
         debug_assert!(cap.is_power_of_two());
         let slots = (0..cap).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
-        Box::into_raw(Box::new(Buffer { slots }))
+        Box::into_raw(Box::new(Buffer {
+            slots,
+            #[cfg(loom)]
+            freed: UnsafeCell::new(()),
+        }))
+    }
+
+    /// Frees a buffer no thief can reach any more (see
+    /// [`Worker::release_memory`] and `Drop`). Under loom it is marked
+    /// instead and kept in `graveyard` until the deque is dropped.
+    ///
+    /// # Safety
+    /// `buffer` came from [`Buffer::allocate`], is freed once, and no
+    /// read of it can follow or race this call.
+    unsafe fn free(buffer: *mut Buffer<T>, #[cfg(loom)] graveyard: &mut Vec<*mut Buffer<T>>) {
+        #[cfg(not(loom))]
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(buffer) });
+        #[cfg(loom)]
+        {
+            // SAFETY: the caller's contract (the marking write is what loom checks).
+            unsafe { (*buffer).freed.with_mut(|_| ()) };
+            graveyard.push(buffer);
+        }
     }
 
     #[inline]
@@ -138,6 +207,8 @@ impl<T> Buffer<T> {
     /// task with a plain `ptr::read` there.
     #[inline]
     unsafe fn read(&self, index: usize) -> MaybeUninit<T> {
+        #[cfg(loom)]
+        self.freed.with(|_| ());
         #[cfg(not(loom))]
         // SAFETY: the slot is in bounds; volatile, as crossbeam reads it, since
         // a stalled thief's copy may race with the owner (then discarded).
@@ -148,14 +219,59 @@ impl<T> Buffer<T> {
     }
 }
 
+/// The words a thief writes, on one cache line: a thief that counts
+/// itself in `stealing` goes on to CAS `front`, so the line moves once.
+struct Head {
+    front: AtomicUsize,
+    /// Thieves between their load of the buffer pointer and the end of
+    /// their reads from it. Incremented only after a thief has seen a
+    /// non-empty deque, so scans of empty deques never write it.
+    stealing: AtomicUsize,
+}
+
 /// What the owner and the thieves share.
 struct Inner<T> {
-    front: CachePadded<AtomicUsize>,
+    head: CachePadded<Head>,
     back: CachePadded<AtomicUsize>,
     buffer: CachePadded<AtomicPtr<Buffer<T>>>,
-    /// Buffers replaced by growth, freed with the deque: a thief may still
-    /// read from one. Only the owner (in `grow`) and `Drop` touch it.
+    /// Buffers replaced by growth or by `release_memory` that a thief may
+    /// still be reading; freed by `release_memory` once none is, or with
+    /// the deque. Only the owner (in `grow` and `release_memory`) and
+    /// `Drop` touch it.
     retired: std::cell::UnsafeCell<Vec<*mut Buffer<T>>>,
+    /// Under loom, the buffers "freed" (see [`Buffer::free`]).
+    #[cfg(loom)]
+    graveyard: std::cell::UnsafeCell<Vec<*mut Buffer<T>>>,
+}
+
+impl<T> Inner<T> {
+    /// Counts a thief in `stealing` until the guard drops: between the two,
+    /// no buffer it can load is freed (see [`Worker::release_memory`]).
+    #[inline]
+    fn reading(&self) -> Reading<'_> {
+        // Acquire: the owner reads this count with an AcqRel RMW in
+        // `release_memory`. If that RMW came first in the count's
+        // modification order, this increment reads from it and synchronises
+        // with it, so the thief's following load of `buffer` sees the
+        // owner's swap (made before its RMW) or a later one, never a buffer
+        // that RMW let the owner free. If this increment came first, the
+        // owner's RMW sees it and frees nothing.
+        self.head.stealing.fetch_add(1, Acquire);
+        Reading(&self.head.stealing)
+    }
+}
+
+/// A thief's presence in `stealing` (see [`Inner::reading`]).
+struct Reading<'a>(&'a AtomicUsize);
+
+impl Drop for Reading<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the owner frees only after reading a count that this
+        // decrement (or a later RMW in its release sequence) produced, so
+        // every read above happens before the free.
+        self.0.fetch_sub(1, Release);
+    }
 }
 
 // SAFETY: values are moved between threads (T: Send); `retired` is touched
@@ -166,7 +282,7 @@ unsafe impl<T: Send> Sync for Inner<T> {}
 
 impl<T> Drop for Inner<T> {
     fn drop(&mut self) {
-        let front = self.front.load(Relaxed);
+        let front = self.head.front.load(Relaxed);
         let back = self.back.load(Relaxed);
         let buffer = self.buffer.load(Relaxed);
         // SAFETY: exclusive access; `front..back` hold the values still
@@ -179,6 +295,10 @@ impl<T> Drop for Inner<T> {
             }
             drop(Box::from_raw(buffer));
             for old in self.retired.get_mut().drain(..) {
+                drop(Box::from_raw(old));
+            }
+            #[cfg(loom)]
+            for old in self.graveyard.get_mut().drain(..) {
                 drop(Box::from_raw(old));
             }
         }
@@ -224,10 +344,12 @@ impl<T> Worker<T> {
     fn new(flavor: Flavor) -> Self {
         let buffer = Buffer::allocate(MIN_CAP);
         let inner = Arc::new(Inner {
-            front: CachePadded::new(AtomicUsize::new(0)),
+            head: CachePadded::new(Head { front: AtomicUsize::new(0), stealing: AtomicUsize::new(0) }),
             back: CachePadded::new(AtomicUsize::new(0)),
             buffer: CachePadded::new(AtomicPtr::new(buffer)),
             retired: std::cell::UnsafeCell::new(Vec::new()),
+            #[cfg(loom)]
+            graveyard: std::cell::UnsafeCell::new(Vec::new()),
         });
         Worker { inner, buffer: std::cell::Cell::new(buffer), flavor, _not_sync: PhantomData }
     }
@@ -241,14 +363,14 @@ impl<T> Worker<T> {
     #[inline]
     pub fn is_empty(&self) -> bool {
         let back = self.inner.back.load(Relaxed);
-        let front = self.inner.front.load(SeqCst);
+        let front = self.inner.head.front.load(SeqCst);
         back.wrapping_sub(front) as isize <= 0
     }
 
     /// Makes room for `extra` more values beyond the current length.
     fn reserve(&self, extra: usize) {
         let back = self.inner.back.load(Relaxed);
-        let front = self.inner.front.load(Acquire);
+        let front = self.inner.head.front.load(Acquire);
         let len = back.wrapping_sub(front);
         // SAFETY: the owner's buffer is live.
         let cap = unsafe { (*self.buffer.get()).cap() };
@@ -267,8 +389,7 @@ impl<T> Worker<T> {
         // it as a value until `back` is published below; `value` is
         // forgotten, the slot owns it now.
         unsafe { (*buffer).write_from(back, &*value) };
-        // Publishes the slot to thieves (their Acquire load of `back`).
-        self.inner.back.store(back.wrapping_add(1), Release);
+        self.publish(back.wrapping_add(1));
     }
 
     /// Pushes the value `make` returns, built in its slot rather than built
@@ -280,13 +401,28 @@ impl<T> Worker<T> {
         let buffer = self.room_for_one(back);
         // SAFETY: as in `push`.
         unsafe { (*buffer).write(back, MaybeUninit::new(make())) };
-        self.inner.back.store(back.wrapping_add(1), Release);
+        self.publish(back.wrapping_add(1));
+    }
+
+    /// Publishes the slots written below `back` to thieves: a Release fence,
+    /// then the store (crossbeam's `fence(Release)` + store). The fence, not
+    /// the store's ordering, is what orders the slots' writes before a
+    /// thief's read when the `back` it loads comes from a later pop's
+    /// Relaxed store (see the module comment); the store stays Release, as
+    /// in crossbeam, for ThreadSanitizer, which does not model fences.
+    /// `make test-loom` requires `deque_push_pop_race_steal` to fail with
+    /// the fence removed (`--cfg wspool_mutant_push_release_store`).
+    #[inline(always)]
+    fn publish(&self, back: usize) {
+        #[cfg(not(wspool_mutant_push_release_store))]
+        fence(Release);
+        self.inner.back.store(back, Release);
     }
 
     /// The buffer, grown first if it has no free slot at `back`.
     #[inline(always)]
     fn room_for_one(&self, back: usize) -> *mut Buffer<T> {
-        let front = self.inner.front.load(Acquire);
+        let front = self.inner.head.front.load(Acquire);
         let buffer = self.buffer.get();
         // SAFETY: the owner's buffer is live until the deque is dropped.
         let cap = unsafe { (*buffer).cap() };
@@ -308,7 +444,7 @@ impl<T> Worker<T> {
             // SAFETY: as in `push`; `reserve` made room for all `n`.
             unsafe { (*buffer).write(back.wrapping_add(i), MaybeUninit::new(value(i))) };
         }
-        self.inner.back.store(back.wrapping_add(n), Release);
+        self.publish(back.wrapping_add(n));
     }
 
     /// Replaces the buffer with one of `cap` slots holding `front..back`.
@@ -329,30 +465,112 @@ impl<T> Worker<T> {
             }
         }
         self.buffer.set(new);
+        // Release publishes the copies to a thief's (Acquire) load of the
+        // buffer; `release_memory` frees `old` only after an RMW that this
+        // store is sequenced before (see there).
         self.inner.buffer.store(new, Release);
         // SAFETY: only the owner and Drop touch `retired`.
         unsafe { (*self.inner.retired.get()).push(old) };
     }
 
+    /// True if the buffer is large enough that the owner should give it
+    /// back as soon as the deque drains ([`Worker::release_memory`]),
+    /// without waiting to park. One load of the owner's own cell.
+    #[inline]
+    pub fn holds_burst(&self) -> bool {
+        // SAFETY: the owner's buffer is live.
+        unsafe { (*self.buffer.get()).cap() >= BURST_CAP }
+    }
+
+    /// Gives a drained deque's memory back: swaps a minimal buffer in for
+    /// a larger one, and frees every replaced buffer once no thief can be
+    /// reading it (until then they stay retired, and a later call frees
+    /// them). Does nothing unless the deque is empty. Owner only; meant
+    /// for quiescent points (about to park or retire, or
+    /// [`Worker::holds_burst`] on an empty deque), not for every pop: a
+    /// buffer given back is allocated again by the next burst.
+    ///
+    /// Why a freed buffer cannot be read: the owner stores the new buffer
+    /// (Release), then reads `stealing` with an AcqRel read-modify-write
+    /// (adding 0), which reads the latest value of the count; a thief
+    /// increments `stealing` (Acquire), then loads the buffer (Acquire). If
+    /// the owner's RMW reads 0, each thief either increments after it in
+    /// the count's modification order, so its increment reads from the
+    /// owner's RMW and synchronises with it, and its load of the buffer
+    /// sees the new one or a later one; or it had incremented and
+    /// decremented before, and its Release decrement synchronises with the
+    /// owner's RMW (RMWs continue a release sequence), so its reads happen
+    /// before the free. A plain SeqCst load in place of the RMW would need
+    /// SeqCst on the thieves' side too, as a Dekker pair (a fence or
+    /// SeqCst accesses on every steal), and loom does not model SeqCst
+    /// accesses beyond acquire/release; an RMW on this cold path costs
+    /// the steal nothing. A thief that loads
+    /// the minimal buffer with a stale `front` does not read it: the deque
+    /// was drained, so its index was claimed, and `Stealer::still_at` sees
+    /// that before the read. `make test-loom` requires
+    /// `deque_release_memory_races_steal` to fail without the check
+    /// (`--cfg wspool_mutant_no_stealing_check`).
+    #[cold]
+    #[inline(never)]
+    pub fn release_memory(&self) {
+        let buffer = self.buffer.get();
+        // SAFETY: only the owner and Drop touch `retired`; the owner's
+        // buffer is live.
+        let (retired, cap) = unsafe { (&mut *self.inner.retired.get(), (*buffer).cap()) };
+        if cap == MIN_CAP && retired.is_empty() {
+            return;
+        }
+        let back = self.inner.back.load(Relaxed);
+        // Every index below `back` is claimed once `front` reached it (only
+        // the owner lowers `back`, and it is not popping now).
+        if self.inner.head.front.load(Acquire) != back {
+            return;
+        }
+        if cap > MIN_CAP {
+            let new = Buffer::allocate(MIN_CAP);
+            self.buffer.set(new);
+            // Release: a thief that loads it also sees the `front` read
+            // above (see `Stealer::still_at`).
+            self.inner.buffer.store(new, Release);
+            retired.push(buffer);
+        }
+        #[cfg(not(wspool_mutant_no_stealing_check))]
+        if self.inner.head.stealing.fetch_add(0, AcqRel) != 0 {
+            return;
+        }
+        for old in retired.drain(..) {
+            // SAFETY: replaced before the check above, which saw no thief
+            // that could still read it (see above); each freed once.
+            unsafe {
+                Buffer::free(
+                    old,
+                    #[cfg(loom)]
+                    &mut *self.inner.graveyard.get(),
+                )
+            };
+        }
+    }
+
+
     /// Pops a value: the newest (LIFO) or the oldest (FIFO).
     #[inline]
     pub fn pop(&self) -> Option<T> {
         let back = self.inner.back.load(Relaxed);
-        let front = self.inner.front.load(Relaxed);
+        let front = self.inner.head.front.load(Relaxed);
         if back.wrapping_sub(front) as isize <= 0 {
             return None;
         }
         let buffer = self.buffer.get();
         match self.flavor {
             Flavor::Fifo => {
-                let front = self.inner.front.fetch_add(1, SeqCst);
+                let front = self.inner.head.front.fetch_add(1, SeqCst);
                 if back.wrapping_sub(front.wrapping_add(1)) as isize >= 0 {
                     // SAFETY: the fetch_add claimed slot `front`.
                     Some(unsafe { (*buffer).read(front).assume_init() })
                 } else {
                     // Thieves took the rest meanwhile: undo the claim, which
                     // no thief can observe as a value (front passed back).
-                    self.inner.front.store(front, Relaxed);
+                    self.inner.head.front.store(front, Relaxed);
                     None
                 }
             }
@@ -366,7 +584,7 @@ impl<T> Worker<T> {
                 // `deque_pop_races_steal` to fail.
                 #[cfg(not(wspool_mutant_no_pop_fence))]
                 fence(SeqCst);
-                let front = self.inner.front.load(Relaxed);
+                let front = self.inner.head.front.load(Relaxed);
                 let len = back.wrapping_sub(front) as isize;
                 if len < 0 {
                     self.inner.back.store(back.wrapping_add(1), Relaxed);
@@ -377,7 +595,7 @@ impl<T> Worker<T> {
                 // CAS below for the last one.
                 let value = unsafe { (*buffer).read(back) };
                 if len == 0 {
-                    let won = self.inner.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_ok();
+                    let won = self.inner.head.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_ok();
                     self.inner.back.store(back.wrapping_add(1), Relaxed);
                     if !won {
                         // A thief took it: the copy is not ours.
@@ -396,12 +614,28 @@ impl<T> Stealer<T> {
     /// an owner's pop is under way).
     #[inline]
     fn look(&self) -> (usize, isize) {
-        let front = self.inner.front.load(Acquire);
+        let front = self.inner.head.front.load(Acquire);
         // Orders the load of `front` before that of `back`, against the
         // LIFO owner's fence between its store of `back` and load of `front`.
         fence(SeqCst);
         let back = self.inner.back.load(Acquire);
         (front, back.wrapping_sub(front) as isize)
+    }
+
+    /// True if `front` is still `index`, checked after loading `buffer` and
+    /// before reading it. A minimal buffer that `release_memory` swapped in
+    /// never holds `index`, but it is swapped in only once the deque is
+    /// drained, when `front` has passed every index below `back`: the
+    /// owner read such a `front` before storing the buffer, and this
+    /// thief's load of the buffer synchronises with that store, so by
+    /// read-read coherence this Relaxed load sees that `front` or a later
+    /// one. A thief that would read a slot of the new buffer that the
+    /// owner may be writing (its `index` is stale by more than the new
+    /// buffer's size) returns here instead. What remains is a stale thief
+    /// under wrap-around in one buffer, as in crossbeam.
+    #[inline(always)]
+    fn still_at(&self, index: usize) -> bool {
+        self.inner.head.front.load(Relaxed) == index
     }
 
     /// True if the deque holds nothing (a thief's view, behind a fence).
@@ -420,13 +654,21 @@ impl<T> Stealer<T> {
         if len <= 0 {
             return Steal::Empty;
         }
+        let reading = self.inner.reading();
         // Loaded after `back`, so it is the buffer the push of slot `front`
-        // wrote, or a newer one holding a copy (the Acquire orders it).
+        // wrote, or a newer one holding a copy (the Acquire orders the
+        // copies), or a minimal one swapped in after the deque
+        // drained, which `still_at` sees. See `reading` for why it cannot
+        // be a freed one.
         let buffer = self.inner.buffer.load(Acquire);
-        // SAFETY: the buffer is live until the deque is dropped (retired,
-        // never freed early); the copy is ours only if the CAS wins.
+        if !self.still_at(front) {
+            return Steal::Retry;
+        }
+        // SAFETY: `reading` keeps the buffer from being freed; the copy is
+        // ours only if the CAS wins.
         let value = unsafe { (*buffer).read(front) };
-        if self.inner.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_err() {
+        drop(reading);
+        if self.inner.head.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_err() {
             return Steal::Retry;
         }
         // SAFETY: the CAS claimed slot `front`; its value was written before
@@ -457,7 +699,12 @@ impl<T> Stealer<T> {
         dest.reserve(batch);
         let dest_buffer = dest.buffer.get();
         let mut dest_back = dest.inner.back.load(Relaxed);
+        // Held until every read below is done (see `steal`).
+        let _reading = self.inner.reading();
         let buffer = self.inner.buffer.load(Acquire);
+        if !self.still_at(front) {
+            return Steal::Retry;
+        }
         // SAFETY (every read and write below): buffers stay live until
         // their deque is dropped; copies from `self` are ours only once a
         // CAS on `front` claimed them, and are written to `dest` slots past
@@ -474,7 +721,7 @@ impl<T> Stealer<T> {
                     }
                 }
                 let claimed = front.wrapping_add(batch + 1);
-                if self.inner.front.compare_exchange(front, claimed, SeqCst, Relaxed).is_err() {
+                if self.inner.head.front.compare_exchange(front, claimed, SeqCst, Relaxed).is_err() {
                     return Steal::Retry;
                 }
                 dest_back = dest_back.wrapping_add(batch);
@@ -482,7 +729,7 @@ impl<T> Stealer<T> {
             Flavor::Lifo => {
                 // A LIFO owner pops without an RMW while more than one value
                 // is left, so values are claimed one CAS at a time.
-                if self.inner.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_err() {
+                if self.inner.head.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_err() {
                     return Steal::Retry;
                 }
                 front = front.wrapping_add(1);
@@ -498,8 +745,11 @@ impl<T> Stealer<T> {
                     // below it), grow, and push it again into the new buffer
                     // only; the buffer `back` was published with holds it.
                     let buffer = self.inner.buffer.load(Acquire);
+                    if !self.still_at(front) {
+                        break;
+                    }
                     let next = unsafe { (*buffer).read(front) };
-                    if self.inner.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_err() {
+                    if self.inner.head.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_err() {
                         break;
                     }
                     // The newest claimed value is returned; the older ones
@@ -512,7 +762,7 @@ impl<T> Stealer<T> {
             }
         }
         // Publishes the moved values to `dest`'s thieves.
-        dest.inner.back.store(dest_back, Release);
+        dest.publish(dest_back);
         // SAFETY: claimed above.
         Steal::Success(unsafe { first.assume_init() })
     }
@@ -531,11 +781,15 @@ fn dest_offset(flavor: Flavor, i: usize, batch: usize) -> usize {
 
 /// Copies one `T` from `src` to `dst`, a word at a time when `T` is made
 /// of whole words (see [`Buffer::write_from`]): volatile, so the compiler
-/// does not merge the words back into 16-byte moves.
+/// does not merge the words back into 16-byte moves. The words are
+/// `MaybeUninit<u64>`, not `u64`: a typed copy would strip the provenance
+/// of the pointers inside `T` (a `Box`, a job's vtable) and assert that a
+/// partly initialised payload's padding is initialised, both undefined
+/// behaviour (Miri reports them); `MaybeUninit` carries bytes as they are.
 #[inline(always)]
 unsafe fn copy_by_words<T>(src: *const T, dst: *mut T) {
     if size_of::<T>().is_multiple_of(size_of::<u64>()) && align_of::<T>() >= align_of::<u64>() {
-        let (src, dst) = (src.cast::<u64>(), dst.cast::<u64>());
+        let (src, dst) = (src.cast::<MaybeUninit<u64>>(), dst.cast::<MaybeUninit<u64>>());
         for i in 0..size_of::<T>() / size_of::<u64>() {
             // SAFETY: both point to a whole, aligned `T`, so word `i` is in bounds.
             unsafe { dst.add(i).write_volatile(src.add(i).read_volatile()) };
