@@ -21,7 +21,7 @@ EXAMPLE_TARGETS :=
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all build help test test-announce demo bench examples test-rust test-rust-debug test-loom demo-rust bench-rust clean
+.PHONY: all build help test test-announce demo bench examples test-rust test-rust-debug test-loom loom-mutant test-miri demo-rust bench-rust clean
 
 all: build
 
@@ -40,7 +40,7 @@ help:
 	@echo "  make install       install libwspool under PREFIX (default /usr/local; DESTDIR honoured)"
 	@echo "  make python-install  create ./.venv and install the Python package into it"
 	@echo "  make c-header      regenerate include/libwspool.h with the pinned cbindgen"
-	@echo "  make test-rust | test-rust-debug | test-loom | test-c | test-python | test-reactor | test-docs   one suite"
+	@echo "  make test-rust | test-rust-debug | test-loom | test-miri | test-c | test-python | test-reactor | test-docs   one suite"
 	@echo "  make demo-rust | demo-c | demo-reactor | demo-python                          one demo"
 	@echo "  make clean         remove target/, build/ and .venv"
 
@@ -49,6 +49,7 @@ help:
 test-announce:
 	@echo "make test: runs every suite (about 12 min on 2 cores once crates are fetched). It installs what it needs:"
 	@echo "  - crates through cargo, and the pinned cbindgen $(CBINDGEN_VERSION) into target/tools (header freshness check)"
+	@echo "  - rustup components miri and rust-src on the nightly toolchain (make test-miri; skipped, saying why, if they cannot be installed)"
 	@echo "  - rustup targets x86_64-apple-darwin and x86_64-pc-windows-gnu for cargo check (skipped if unavailable)"
 	@echo "  - maturin, pytest, pytest-timeout, mypy, and the real clients dask, uvloop, coverage (all pinned)"
 	@echo "    into ./.venv, then the Python package; prometheus_client (pinned) into target/embed/venv"
@@ -57,8 +58,8 @@ test-announce:
 	@echo "    libuv1-dev, libevent-dev, curl, apache2-utils, wrk (HTTP examples and their clients);"
 	@echo "    not root: a missing package stops its suite with the command to install it"
 
-## Every test: Rust unit/integration tests, the loom models, then each layer's suite.
-test: test-announce test-rust test-rust-debug test-loom $(TEST_TARGETS)
+## Every test: Rust unit/integration tests, the loom models, Miri, then each layer's suite.
+test: test-announce test-rust test-rust-debug test-loom test-miri $(TEST_TARGETS)
 	@echo "make test: all suites passed"
 
 test-rust:
@@ -76,9 +77,11 @@ test-rust-debug:
 	$(CARGO) check -q -p wspool-bench --benches
 
 # The loom models of the sleep/wake, waiter and compensation protocols and of
-# the deques; then the same models with the local-push fence, and with the
-# deque pop's fence, removed, which must fail (a model that cannot catch the
-# bug it exists for proves nothing).
+# the deques; then mutants of the real code that the models must catch (a
+# model that cannot catch the bug it exists for proves nothing): without the
+# local-push fence, without the deque pop's fence, with push publishing
+# through a Release store instead of a Release fence, and with
+# release_memory freeing buffers without checking for thieves.
 test-loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release -p wspool --test loom --target-dir target/loom
 	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_push_fence" LOOM_MAX_PREEMPTIONS=3 \
@@ -93,6 +96,40 @@ test-loom:
 	  echo "test-loom: the deque model PASSED without pop's fence: it no longer catches a value taken twice"; exit 1; fi
 	@grep -q "values lost or taken twice" target/loom-mutant-deque.log || { cat target/loom-mutant-deque.log; echo "test-loom: the deque mutant failed, but not by taking a value twice"; exit 1; }
 	@echo "test-loom: without pop's fence the deque model takes a value twice, as it must"
+	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_push_release_store MODEL=deque_push_pop_race_steal \
+	  EXPECT="Causality violation" WHAT="push publishing with a Release store instead of a fence"
+	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_no_stealing_check MODEL=deque_release_memory_races_steal \
+	  EXPECT="Causality violation" WHAT="release_memory freeing without checking for thieves"
+
+# One mutant of the real code: built with --cfg $(MUTANT), the loom model
+# $(MODEL) must fail, and with $(EXPECT) in its output.
+loom-mutant:
+	@if RUSTFLAGS="--cfg loom --cfg $(MUTANT)" LOOM_MAX_PREEMPTIONS=3 \
+	  $(CARGO) test --release -q -p wspool --test loom --target-dir target/loom-mutant -- $(MODEL) \
+	  > target/loom-$(MUTANT).log 2>&1; then \
+	  echo "test-loom: $(MODEL) PASSED with $(WHAT): it no longer catches that bug"; exit 1; fi
+	@grep -q "$(EXPECT)" target/loom-$(MUTANT).log || { cat target/loom-$(MUTANT).log; \
+	  echo "test-loom: the $(MUTANT) mutant failed, but not with \"$(EXPECT)\""; exit 1; }
+	@echo "test-loom: with $(WHAT), $(MODEL) reports \"$(EXPECT)\", as it must"
+
+# The unit tests of every module whose unsafe code or atomics a data race,
+# a use after free or a lost provenance would break, under Miri: the
+# workers' deques, the global queue with its batch reservation (push_run),
+# the completion queue's nodes and the group state. Racing tests run with
+# several seeds (each seed is another schedule of the same threads). The tests are
+# Miri-sized under cfg(miri); tests Miri cannot judge are ignored there
+# with the reason (the deques' wrap-around races, by design).
+MIRI_MODULES := deque:: injector:: cq:: group::
+MIRI_SEEDS ?= 0..4
+test-miri:
+	@if ! $(CARGO) +nightly miri --version >/dev/null 2>&1; then \
+	  echo "test-miri: installing the nightly components miri and rust-src (rustup)"; \
+	  rustup +nightly component add miri rust-src || true; fi
+	@if ! $(CARGO) +nightly miri --version >/dev/null 2>&1; then \
+	  echo "test-miri: SKIPPED: cargo +nightly miri is not available here and rustup could not install it"; \
+	  exit 0; fi; \
+	MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS)" $(CARGO) +nightly miri test -p wspool --lib \
+	  --target-dir target/miri -- $(MIRI_MODULES)
 
 ## Builds and runs the demos: the pool working, and its stats.
 demo: demo-rust $(DEMO_TARGETS)
