@@ -21,7 +21,7 @@ EXAMPLE_TARGETS :=
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all build help test test-announce demo bench examples test-rust test-rust-debug test-loom loom-mutant test-miri demo-rust bench-rust clean
+.PHONY: all build help test test-announce demo bench examples test-rust test-rust-debug test-loom loom-mutant test-miri demo-rust bench-rust bench-memory clean
 
 all: build
 
@@ -35,7 +35,8 @@ help:
 	@echo "  make demo          run the demos: Rust, C examples, reactor server, Python (about 30 s warm)"
 	@echo "  make test          every suite: Rust, loom, C, Python, reactor, doc snippets (installs tools; says which)"
 	@echo "  make bench         the benchmark suites (docs/benchmarks.md)"
-	@echo "  make bench-callgrind  instructions per task of the W1 flood, C and Rust, under callgrind"
+	@echo "  make bench-callgrind  instructions per task of W1, W2, W4 (Rust) and the W1 flood (C and Rust), under callgrind"
+	@echo "  make bench-memory  resident memory of a 2 M-spawn burst: before, during, after (idle pool)"
 	@echo "  make examples      build the C examples into examples-c/bin"
 	@echo "  make install       install libwspool under PREFIX (default /usr/local; DESTDIR honoured)"
 	@echo "  make python-install  create ./.venv and install the Python package into it"
@@ -142,10 +143,15 @@ demo-rust:
 examples: $(EXAMPLE_TARGETS)
 
 ## Benchmarks: every suite prints a markdown table of medians and ratios.
-bench: bench-rust $(BENCH_TARGETS)
+bench: bench-rust bench-memory $(BENCH_TARGETS)
 
 bench-rust:
 	$(CARGO) bench -p wspool-bench --bench compare
+
+# What a burst of 2,000,000 local spawns costs in resident memory, and what
+# the pool gives back once idle (docs/scheduling.md, "What a pool keeps").
+bench-memory:
+	$(CARGO) run --release -q -p wspool-bench --example burst_rss
 
 clean:
 	$(CARGO) clean
