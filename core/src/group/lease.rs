@@ -128,3 +128,91 @@ impl Lease {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::NonNull;
+    use std::sync::{Arc, Weak};
+
+    use super::Lease;
+    use crate::registry::Registry;
+
+    /// A registry with no thread; the `Weak` sees it freed.
+    fn threadless() -> (Arc<Registry>, Weak<Registry>) {
+        let config = crate::Pool::builder().min_threads(1).growth(crate::Growth::Fixed).validate().unwrap();
+        let registry = Arc::new(Registry::new(config));
+        let weak = Arc::downgrade(&registry);
+        (registry, weak)
+    }
+
+    /// On a thread standing for a pool thread that holds `registry` as its
+    /// own count: places `placed` states, finalises `local` of them there,
+    /// hands the rest out (as addresses), then exits as a worker does.
+    fn pool_thread(registry: Arc<Registry>, placed: usize, local: usize) -> Vec<usize> {
+        std::thread::spawn(move || {
+            let mut leases: Vec<NonNull<Lease>> = (0..placed).map(|_| Lease::place()).collect();
+            for lease in leases.drain(..local) {
+                // SAFETY: placed above, released once.
+                unsafe { Lease::release(lease) };
+            }
+            Lease::end(&registry);
+            leases.into_iter().map(|l| l.as_ptr() as usize).collect()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_thread_whose_states_were_all_finalised_frees_its_lease_at_exit() {
+        let (registry, weak) = threadless();
+        assert!(pool_thread(registry, 3, 3).is_empty());
+        assert!(weak.upgrade().is_none(), "nothing kept the registry");
+    }
+
+    #[test]
+    fn states_left_at_exit_keep_the_registry_until_the_last_is_finalised() {
+        // Issue 30, item 7: a state placed by a task that returned without
+        // finalising it, used after its thread and pool are gone.
+        let (registry, weak) = threadless();
+        let left = pool_thread(registry, 3, 1);
+        assert_eq!(left.len(), 2);
+        assert!(weak.upgrade().is_some(), "the exited thread's lease keeps the registry");
+        // SAFETY: placed by `pool_thread`, released once each.
+        unsafe { Lease::release(NonNull::new(left[0] as *mut Lease).unwrap()) };
+        assert!(weak.upgrade().is_some(), "one state is still placed");
+        // SAFETY: as above.
+        unsafe { Lease::release(NonNull::new(left[1] as *mut Lease).unwrap()) };
+        assert!(weak.upgrade().is_none(), "the last state dropped the registry with the lease");
+    }
+
+    #[test]
+    fn finalisations_elsewhere_race_the_threads_exit() {
+        // Remote releases before, during and after the exit: the lease and
+        // the registry are freed once (Miri, with several seeds, sees a
+        // double free, a use after free or a leak).
+        let rounds = if cfg!(miri) { 3 } else { 200 };
+        for _ in 0..rounds {
+            let (registry, weak) = threadless();
+            let (tx, rx) = std::sync::mpsc::channel::<usize>();
+            let releaser = std::thread::spawn(move || {
+                for addr in rx {
+                    // SAFETY: placed by the thread below, released once.
+                    unsafe { Lease::release(NonNull::new(addr as *mut Lease).unwrap()) };
+                }
+            });
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    tx.send(Lease::place().as_ptr() as usize).unwrap();
+                }
+                let mine = Lease::place();
+                // SAFETY: placed just above, released once, on this thread.
+                unsafe { Lease::release(mine) };
+                Lease::end(&registry);
+            })
+            .join()
+            .unwrap();
+            releaser.join().unwrap();
+            assert!(weak.upgrade().is_none());
+        }
+    }
+}
