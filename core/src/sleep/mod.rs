@@ -115,6 +115,11 @@ impl Sleep {
         }
     }
 
+    /// Workers parked inside a wait now (for the loom models).
+    pub fn waiters(&self) -> usize {
+        self.waiting.load(SeqCst)
+    }
+
     /// (searching, sleeping)
     pub fn counts(&self) -> (usize, usize) {
         let s = self.state.load(SeqCst);
