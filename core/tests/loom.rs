@@ -17,8 +17,9 @@
 //! `wait.rs` reduced to the protocol steps (searching, taking, parking).
 //! The workers' deques (`deque/mod.rs`, 2-slot buffers under loom) are
 //! checked on their own by `deque_*`: a LIFO owner's pops racing a thief
-//! down to the last value, growth under a thief holding the old buffer, and a
-//! FIFO batch steal racing the owner's pops. loom cannot run OS timeouts (a timed park is
+//! down to the last value, pushes publishing to a thief that reads `back`
+//! from a pop, growth under a thief holding the old buffer, memory given
+//! back under a thief, and a FIFO batch steal racing the owner's pops. loom cannot run OS timeouts (a timed park is
 //! modelled as "may time out at once"); `core/tests/stress.rs` and the
 //! race tests in `lifecycle.rs` cover the real deques under contention.
 #![cfg(loom)]
@@ -792,5 +793,59 @@ fn deque_fifo_batch_steal_races_pop() {
         got.extend(thief.join().unwrap());
         got.extend(std::iter::from_fn(|| owner.pop()));
         assert_each_once(got, 3);
+    });
+}
+
+/// Two pushes race a thief, and a pop stores `back` between them: a thief
+/// that loads `back` from the pop's Relaxed store goes on to read the first
+/// slot. The push's Release fence orders that slot's write before the read
+/// (fence-to-acquire synchronisation through any later store of the owner);
+/// a Release *store* would not, since the pop's store does not continue its
+/// release sequence. `make test-loom` builds push with that store and no
+/// fence (`--cfg wspool_mutant_push_release_store`) and requires this model
+/// to report the race ("Causality violation"). Two values, 2-slot buffer:
+/// no wrap-around, no growth.
+#[test]
+fn deque_push_pop_race_steal() {
+    loom::model(|| {
+        let owner = Worker::new_lifo();
+        let stealer = owner.stealer();
+        let thief = thread::spawn(move || match stealer.steal() {
+            Steal::Success(v) => vec![v],
+            _ => vec![],
+        });
+        owner.push(0);
+        owner.push(1);
+        let mut got: Vec<usize> = owner.pop().into_iter().collect();
+        got.extend(thief.join().unwrap());
+        got.extend(std::iter::from_fn(|| owner.pop()));
+        assert_each_once(got, 2);
+    });
+}
+
+/// The owner drains a grown deque while a thief steals, then gives its
+/// memory back (`release_memory`): the buffers are freed only when no
+/// thief can still read them (a "free" under loom is a write that every
+/// slot read is checked against), and every value is taken once. Without
+/// the check of the thieves' count (`--cfg wspool_mutant_no_stealing_check`)
+/// `make test-loom` requires this model to report the use after free.
+#[test]
+fn deque_release_memory_races_steal() {
+    loom::model(|| {
+        let owner = Worker::new_lifo();
+        for v in 0..3 {
+            owner.push(v);
+        }
+        let stealer = owner.stealer();
+        let thief = thread::spawn(move || match stealer.steal() {
+            Steal::Success(v) => vec![v],
+            _ => vec![],
+        });
+        let mut got: Vec<usize> = std::iter::from_fn(|| owner.pop()).collect();
+        owner.release_memory();
+        got.extend(thief.join().unwrap());
+        owner.push(3);
+        got.extend(std::iter::from_fn(|| owner.pop()));
+        assert_each_once(got, 4);
     });
 }
