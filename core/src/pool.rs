@@ -302,7 +302,10 @@ impl Pool {
 
     /// Stops the pool: no new work is accepted (`SubmitErrorKind::Shutdown`),
     /// queued work is run (`Drain`) or dropped unrun (`Cancel`), and the
-    /// threads are joined, waiting at most `timeout` (`None`: forever).
+    /// threads are joined, waiting at most `timeout` (`None`: forever) for
+    /// them and for submissions racing the shutdown from other threads to
+    /// land. On `ShutdownTimedOut` the shutdown carries on; calling it again,
+    /// or dropping the last handle (which waits without limit), finishes it.
     /// Idempotent; `Cancel` after a timed-out `Drain` upgrades it. Called on
     /// one of the pool's own threads it does not wait for itself: it returns
     /// once the others are told to stop.

@@ -4,9 +4,11 @@
 //! A waiting pool thread runs jobs of its own isolation region (see
 //! `isolation.rs`), in this order: its own deque (the children it just
 //! forked), then work of its region that other workers hold in their deques
-//! (a stolen subtree, rayon's order); never the global queue, whose jobs
-//! belong to other regions or to nobody. Jobs of another region found on
-//! its own deque are moved to the global queue, where anyone may take them.
+//! (a stolen subtree, rayon's order), and last, before it parks and only
+//! while no other thread is free to take global work, jobs of its region
+//! in the global queue (`SpawnOptions::global` keeps the region; see
+//! `look_in_global_queue`). Jobs of another region found on its own deque
+//! are moved to the global queue, where anyone may take them.
 //!
 //! It runs nothing at all, and just parks until the latch is set, when:
 //! - the wait is timed: a timed wait must not start work it cannot bound;
@@ -16,11 +18,15 @@
 //!   bound is the stack actually left, measured against the thread's real
 //!   stack; a frame count is only a secondary cap).
 //!
-//! A waiter with nothing to run parks in the sleep system's *waiters* list:
-//! new work wakes idle workers first, and a waiter only for work of its own
-//! region. While parked it counts as waiting: if every thread of the pool is
-//! blocked or waiting and work is queued, the pool lends a thread (a wait
-//! can thus never leave queued work with nobody to run it).
+//! A waiter with nothing to run parks in the sleep system's *waiters* list.
+//! Work from outside the pool never wakes it (it could not run it); every
+//! push of its own region's work by another worker does, onto a deque or
+//! the global queue, as does another waiter's look through the global
+//! queue that passes over such a job (`sleep/README.md`, rules 2 and 7).
+//! While parked it counts as waiting: if every thread of the pool is
+//! blocked or waiting and work is queued, the pool lends a thread unless
+//! its growth policy is `Fixed`; on a `Fixed` pool, work of a waiter's own
+//! region still runs (the looks above), other work waits for a thread.
 
 use std::time::Instant;
 

@@ -53,8 +53,9 @@ pub unsafe extern "C" fn wspool_create(cfg: *const wspool_config, out: *mut *mut
 
 /// Stops accepting tasks and then, with `WSPOOL_SHUTDOWN_DRAIN`, runs every accepted task, or with
 /// `WSPOOL_SHUTDOWN_CANCEL`, cancels the queued ones (calling their `on_cancel`). Waits up to
-/// `timeout_ms` (-1 = forever, 0 = do not wait) for the threads to finish: `WSPOOL_ETIMEDOUT` if they
-/// have not (the shutdown carries on; call again to wait more). Idempotent.
+/// `timeout_ms` (-1 = forever, 0 = do not wait) for the threads to finish and for submissions racing
+/// it from other threads to land: `WSPOOL_ETIMEDOUT` if they have not (the shutdown carries on; call
+/// again, or `wspool_destroy`, which waits without limit, to finish it). Idempotent.
 ///
 /// A closing point: when it returns `WSPOOL_OK`, every task the pool accepted (through any submit
 /// function, racing submissions included) has run, or has been cancelled with its `on_cancel`

@@ -268,7 +268,8 @@ impl Registry {
     /// joins the submitting task's isolation region; a job from outside
     /// the pool keeps tag 0 and gets a fresh region when it starts
     /// (`WorkerThread::region_of`), which no waiter can take it before:
-    /// waiters never take from the injector. The injector's push reserves its
+    /// a waiter takes from the injector only jobs of its own region, never
+    /// 0 (`wait.rs`, `look_in_global_queue`). The injector's push reserves its
     /// slot with a SeqCst CAS, which orders it before `notify_one`'s read
     /// like a fence; a local push fences explicitly
     /// (`WorkerThread::push_and_wake`).
