@@ -124,12 +124,13 @@ test-c-asan: c-lib
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  WSPOOL_TEST_SCALE=1 $(C_TEST_BIN)/$${t}_asan || exit 1; done
 
-# tests/c/tsan.supp explains the suppression; the canary proves TSan still
+# ffi/pkg/tsan.supp (installed for users as share/wspool/tsan.supp) explains
+# the suppression; the canary proves TSan still
 # sees a race in C code running on the pool. TSan misses that race in about
 # 1 run in 20 with any build of the library (2 of 40 at 0a0ac3b and at
 # 4edaa2c alike), so the canary gets five attempts: a blinded TSan reports
 # it in none, a working one in the first almost always.
-C_TSAN_OPTIONS := halt_on_error=1 die_after_fork=0 suppressions=$(abspath tests/c/tsan.supp)
+C_TSAN_OPTIONS := halt_on_error=1 die_after_fork=0 suppressions=$(abspath ffi/pkg/tsan.supp)
 test-c-tsan: c-lib
 	@mkdir -p $(C_TEST_BIN)
 	$(call c_test_build,_tsan,$(C_SAN_TSAN))
@@ -170,6 +171,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 C_INST_LIB = $(DESTDIR)$(PREFIX)/lib
 C_INST_INC = $(DESTDIR)$(PREFIX)/include
+C_INST_SHARE = $(DESTDIR)$(PREFIX)/share/wspool
 C_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(C_VERSION)|g' \
               -e 's|@VERSION_MAJOR@|$(C_VERSION_MAJOR)|g' \
               -e 's|@VERSION_MINOR@|$(C_VERSION_MINOR)|g' -e 's|@STATIC_DEPS@|$(C_STATIC_DEPS)|g'
@@ -179,13 +181,14 @@ install: c-install
 # The archive's debug info is stripped on install (cargo's strip setting
 # applies to linked outputs only, not to a staticlib).
 c-install: c-lib
-	install -d $(C_INST_LIB)/pkgconfig $(C_INST_LIB)/cmake/wspool $(C_INST_INC)
+	install -d $(C_INST_LIB)/pkgconfig $(C_INST_LIB)/cmake/wspool $(C_INST_INC) $(C_INST_SHARE)
 	install -m 755 $(C_RELEASE)/libwspool.so $(C_INST_LIB)/libwspool.so.$(C_VERSION)
 	ln -sf libwspool.so.$(C_VERSION) $(C_INST_LIB)/libwspool.so.$(C_VERSION_MAJOR)
 	ln -sf libwspool.so.$(C_VERSION_MAJOR) $(C_INST_LIB)/libwspool.so
 	install -m 644 $(C_RELEASE)/libwspool.a $(C_INST_LIB)/libwspool.a
 	strip --strip-debug $(C_INST_LIB)/libwspool.a
 	install -m 644 $(C_HEADER) $(C_INST_INC)/libwspool.h
+	install -m 644 ffi/pkg/tsan.supp $(C_INST_SHARE)/tsan.supp
 	$(C_SUBST) ffi/pkg/wspool.pc.in > $(C_INST_LIB)/pkgconfig/wspool.pc
 	$(C_SUBST) ffi/pkg/wspool-static.pc.in > $(C_INST_LIB)/pkgconfig/wspool-static.pc
 	$(C_SUBST) ffi/pkg/wspoolConfig.cmake.in > $(C_INST_LIB)/cmake/wspool/wspoolConfig.cmake
@@ -193,6 +196,7 @@ c-install: c-lib
 	@echo "installed libwspool $(C_VERSION) under $(DESTDIR)$(PREFIX):"
 	@echo "  lib/libwspool.so.$(C_VERSION) (+ libwspool.so.$(C_VERSION_MAJOR), libwspool.so links)  lib/libwspool.a"
 	@echo "  include/libwspool.h  lib/pkgconfig/wspool.pc  lib/pkgconfig/wspool-static.pc  lib/cmake/wspool/"
+	@echo "  share/wspool/tsan.supp (ThreadSanitizer suppressions for programs using the library; docs/c-api.md)"
 	@echo "run time: programs linked through wspool.pc or CMake carry an rpath to $(PREFIX)/lib and run as is;"
 	@echo "  for programs linked otherwise, run 'ldconfig' (PREFIX /usr/local, as root) or add $(PREFIX)/lib"
 	@echo "  to /etc/ld.so.conf.d/. Static: pkg-config --libs wspool-static (docs/c-api.md)"
