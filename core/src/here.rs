@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::stats::{DELAY_SAMPLE_EVERY, STRIPES};
+use crate::stats::{Completion, DELAY_SAMPLE_EVERY, STRIPES};
 use crate::worker::WorkerThread;
 
 /// The calling thread's state (see the module comment).
@@ -19,11 +19,19 @@ pub(crate) struct Here {
     stripe: Cell<usize>,
     /// Submissions made by this thread (every `DELAY_SAMPLE_EVERY`th is timed).
     sample_tick: Cell<u32>,
+    /// Where the job running on this thread counts its completion, until
+    /// it has (`stats::count_completion_now`).
+    pub(crate) completion: Cell<Completion>,
 }
 
 thread_local! {
     static HERE: Here = const {
-        Here { worker: Cell::new(std::ptr::null()), stripe: Cell::new(usize::MAX), sample_tick: Cell::new(0) }
+        Here {
+            worker: Cell::new(std::ptr::null()),
+            stripe: Cell::new(usize::MAX),
+            sample_tick: Cell::new(0),
+            completion: Cell::new(Completion::Nowhere),
+        }
     };
 }
 

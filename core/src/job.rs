@@ -228,15 +228,17 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         }
     }
 
+    // A job run by its cancel path is no counted task: it must not take the
+    // completion of a task around it (`stats::Completion`).
     unsafe fn run_inline_uncounted(payload: *mut Payload) -> bool {
         // SAFETY: forwarded.
-        unsafe { Self::run_inline(payload) };
+        crate::stats::uncounted(|| unsafe { Self::run_inline(payload) });
         false
     }
 
     unsafe fn run_boxed_uncounted(payload: *mut Payload) -> bool {
         // SAFETY: forwarded.
-        unsafe { Self::run_boxed(payload) };
+        crate::stats::uncounted(|| unsafe { Self::run_boxed(payload) });
         false
     }
 

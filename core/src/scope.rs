@@ -86,6 +86,8 @@ impl<'scope> Scope<'scope, '_> {
                     *slot = Some(payload);
                 }
             }
+            // Counted before the member's release can end the scope.
+            crate::stats::count_completion_now();
         };
         // SAFETY: `run_scope` waits until every member is released, so the
         // borrows in `task` outlive the job. The job is never dropped unrun

@@ -89,6 +89,11 @@ impl SerialInner {
             }
             None => false,
         };
+        if ran {
+            // Counted before the next turn can start: a task queued behind
+            // this one (and whoever waits for it) sees this one counted.
+            crate::stats::count_completion_now();
+        }
         let more = {
             let mut st = lock(&self.state);
             st.scheduled = !st.tasks.is_empty();

@@ -108,6 +108,76 @@ pub(crate) fn bump(c: &AtomicU64) {
     c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
+/// Where a running job counts its completion: the running worker's slot,
+/// or a pool's off-pool counter (a job run on a caller's thread).
+///
+/// A job's completion is counted *before* the signal that releases its
+/// waiters (a task handle's state and latch, a group's count, a scope's
+/// count, a completion queue's done list), so stats read after a wait
+/// returned include what it waited for. Whoever runs a job sets the
+/// thread's `Here::completion` before and restores the outer value after
+/// (runs nest: a wait inside a task helps); a job that signals a waiter
+/// counts itself first with [`count_completion_now`], which empties the
+/// slot; the runner counts a job whose slot is still full when it returns.
+/// Exactly one of the two counts, and a plain task (nobody to signal)
+/// costs no more than before.
+#[derive(Clone, Copy)]
+pub(crate) enum Completion {
+    /// Nothing to count: between jobs, or a job that is not a task (the
+    /// "cancel runs it" path of scope tasks, join halves).
+    Nowhere,
+    /// Single-writer: only the worker thread that owns the slot counts in it.
+    Worker(std::ptr::NonNull<AtomicU64>),
+    OffPool(std::ptr::NonNull<StripedCounter>),
+}
+
+impl Completion {
+    /// Counts one completion where `self` says. The pointers come from the
+    /// runner's own registry (a worker slot or its shared counters), which
+    /// the runner keeps alive for the whole run, that is for as long as the
+    /// value sits in the thread's slot.
+    #[inline]
+    pub(crate) fn count(self) {
+        match self {
+            Completion::Nowhere => {}
+            // SAFETY: see above; a worker's slot is written only by the
+            // thread occupying it, which is this one.
+            Completion::Worker(c) => bump(unsafe { c.as_ref() }),
+            // SAFETY: see above.
+            Completion::OffPool(c) => unsafe { c.as_ref() }.add(1),
+        }
+    }
+
+    /// True unless `Nowhere`: the job left its completion to the runner.
+    #[inline]
+    pub(crate) fn is_owed(self) -> bool {
+        !matches!(self, Completion::Nowhere)
+    }
+}
+
+/// Counts the running job's completion now, before it signals its waiters
+/// (see [`Completion`]); a no-op when it was already counted or the job is
+/// not a counted task.
+#[inline]
+pub(crate) fn count_completion_now() {
+    crate::here::here().completion.replace(Completion::Nowhere).count();
+}
+
+/// Runs `f` with nothing to count: a job run where it would otherwise take
+/// the completion of the job around it (a scope task run by its cancel
+/// path, inside a task that cancelled it).
+#[inline]
+pub(crate) fn uncounted<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Completion);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            crate::here::here().completion.set(self.0);
+        }
+    }
+    let _restore = Restore(crate::here::here().completion.replace(Completion::Nowhere));
+    f()
+}
+
 pub(crate) const STRIPES: usize = 16;
 
 /// A counter many threads add to, striped to avoid one hot cache line.

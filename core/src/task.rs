@@ -90,6 +90,8 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
         };
         // SAFETY: only the CAS winner writes; readers wait for the latch.
         unsafe { *self.result.get() = Some(result) };
+        // Before DONE is visible: stats read after a wait include this task.
+        crate::stats::count_completion_now();
         self.state.store(DONE, SeqCst);
         self.latch.set();
         true
@@ -212,10 +214,17 @@ impl<T: Send + 'static> TaskHandle<T> {
         if timeout.is_none()
             && let Some(worker) = registry.current_worker()
             && worker.may_run_nested()
-            && self.cell.run_inline()
         {
-            crate::stats::bump(&worker.counters().completed);
-            return true;
+            // The task counts itself when it runs (`stats::Completion`); the
+            // outer job's slot is put back whether it ran or not.
+            let slot = &crate::here::here().completion;
+            let counter = NonNull::from(&worker.counters().completed);
+            let outer = slot.replace(crate::stats::Completion::Worker(counter));
+            let ran = self.cell.run_inline();
+            slot.set(outer);
+            if ran {
+                return true;
+            }
         }
         let deadline = timeout.map(|t| Instant::now() + t);
         wait_on(registry, latch, deadline)

@@ -38,7 +38,7 @@ use crate::deque::{Steal, Worker};
 use crate::job::{JobRef, Tag};
 use crate::registry::{CANCELLING, DRAINING, LocalQueues, Registry, drop_payload};
 use crate::sleep::{Debounce, Wake};
-use crate::stats::{WorkerCounters, bump};
+use crate::stats::{Completion, WorkerCounters, bump};
 
 /// A deque at least this long gives a searcher a batch (half of it, at most
 /// 32) instead of one job: more than a fork-join tree's depth, so it is a
@@ -86,6 +86,9 @@ pub(crate) struct WorkerThread {
     /// The lowest stack address at which a wait may still run a job nested
     /// (the lowest safe address plus the help reserve, see `wait.rs`).
     pub(crate) nested_floor: usize,
+    /// This thread's `Here`, read once: `execute` sets where each job counts
+    /// its completion without a thread-local lookup per task.
+    here: &'static crate::here::Here,
 }
 
 /// Aborts the process if dropped during an unwind: placed where a panic
@@ -188,6 +191,7 @@ impl WorkerThread {
             next_region: Cell::new(0),
             help_depth: Cell::new(0),
             blocking_depth: Cell::new(0),
+            here: crate::here::here(),
         };
         // A panic outside a task (there should be none: every task, hook and
         // destructor is contained) would leave the pool a thread short with
@@ -413,9 +417,14 @@ impl WorkerThread {
         // Nested runs (help-while-waiting) restore the outer task's mark.
         let outer = counters.in_task.load(Relaxed);
         counters.in_task.store(1, Relaxed);
+        // The job counts its completion here, before it signals a waiter, or
+        // leaves it to us (`stats::Completion`).
+        let outer_completion =
+            self.here.completion.replace(Completion::Worker(std::ptr::NonNull::from(&counters.completed)));
         // SAFETY: the job is consumed here, and forgotten right after.
         let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { JobRef::run_in_place(&mut job) }));
         std::mem::forget(job);
+        let owed = self.here.completion.replace(outer_completion).is_owed();
         counters.in_task.store(outer, Relaxed);
         if self.blocking_depth.get() > outer_blocking {
             // The task left a blocking region open (`blocking_begin` with no
@@ -424,10 +433,12 @@ impl WorkerThread {
         }
         self.region.set(outer_region);
         match outcome {
-            Ok(true) => bump(&counters.completed),
-            Ok(false) => {}
+            Ok(true) if owed => bump(&counters.completed),
+            Ok(_) => {}
             Err(payload) => {
-                bump(&counters.completed);
+                if owed {
+                    bump(&counters.completed);
+                }
                 registry.counters.panicked.add(1);
                 drop_payload(payload);
             }

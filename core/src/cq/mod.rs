@@ -305,6 +305,8 @@ impl<T: Send + 'static> Job<T> {
                 }
             }
         };
+        // Counted before the loop can see the completion.
+        crate::stats::count_completion_now();
         inner.complete(node);
     }
 }

@@ -58,9 +58,14 @@ impl<F> GroupTask<F> {
     {
         let GroupTask { f, member } = self;
         match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(()) => drop(member),
+            Ok(()) => {
+                // Counted before the member's release can end a wait.
+                crate::stats::count_completion_now();
+                drop(member)
+            }
             Err(payload) => {
                 member.record_panic(payload);
+                crate::stats::count_completion_now();
                 drop(member);
                 // Let the pool (or the task handle) count the panic too.
                 resume_unwind(Box::new("group task panicked"))
@@ -88,9 +93,12 @@ impl GroupInner {
         let task = GroupTask { f, member: self.member() };
         move || {
             let GroupTask { f, member } = task;
-            let value = f();
+            // Counted before the member's release can end a wait, also when
+            // `f` panics (the handle's cell catches that panic, after this).
+            let value = catch_unwind(AssertUnwindSafe(f));
+            crate::stats::count_completion_now();
             drop(member);
-            value
+            value.unwrap_or_else(|payload| resume_unwind(payload))
         }
     }
 

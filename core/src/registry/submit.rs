@@ -342,10 +342,19 @@ impl Registry {
 
     /// Runs a job on a thread that is not (necessarily) a worker.
     pub(crate) fn run_on_caller(&self, job: JobRef) {
-        match catch_unwind(AssertUnwindSafe(|| job.run())) {
-            Ok(_) => self.counters.completed_off_pool.add(1),
+        // Counted before the job signals a waiter, or by us (`stats::Completion`).
+        let here = here();
+        let counter = std::ptr::NonNull::from(&self.counters.completed_off_pool);
+        let outer = here.completion.replace(stats::Completion::OffPool(counter));
+        let outcome = catch_unwind(AssertUnwindSafe(|| job.run()));
+        let owed = here.completion.replace(outer).is_owed();
+        match outcome {
+            Ok(_) if owed => self.counters.completed_off_pool.add(1),
+            Ok(_) => {}
             Err(payload) => {
-                self.counters.completed_off_pool.add(1);
+                if owed {
+                    self.counters.completed_off_pool.add(1);
+                }
                 self.counters.panicked.add(1);
                 drop_payload(payload);
             }
