@@ -7,6 +7,20 @@
  * where marked nullable. Structs that may grow carry struct_size first and
  * are filled by an _init function; fields are only ever added at their end.
  * The pool owns a task's arg only when the submit call returns WSPOOL_OK.
+ *
+ * Callbacks must return normally. No function the library calls (a task,
+ * on_cancel, on_thread_start/on_thread_stop, a completion queue's work,
+ * done, wake and on_signal functions) may unwind into it: no C++ exception,
+ * longjmp/siglongjmp or pthread_cancel/pthread_exit may leave one. The
+ * library is Rust and cannot pass such an unwind on or clean up behind it:
+ * it is undefined behaviour. In practice a C++ exception aborts the process
+ * ("fatal runtime error: Rust cannot catch foreign exceptions"), and a
+ * longjmp out of a task leaves the pool's bookkeeping half done (a wait
+ * that never returns, a lock never released). C++ code catches everything
+ * inside its callbacks (catch (...)) and reports failures through arg.
+ *
+ * Stats read after a wait returned (task, group, serial task, completion
+ * queue done, shutdown) count in `completed` the tasks it waited for.
  */
 
 #ifndef LIBWSPOOL_H
@@ -283,7 +297,9 @@ typedef struct wspool_serial wspool_serial;
 typedef struct wspool_task wspool_task;
 
 /**
- * A thread hook: called with the config's `hook_ctx` and the worker's index.
+ * A thread hook: called with the config's `hook_ctx` and the worker's index. It must return
+ * normally: no C++ exception, `longjmp` or thread cancellation may leave it (see the header's
+ * preamble).
  */
 typedef void (*wspool_thread_hook)(void *ctx, uint32_t index);
 
@@ -363,7 +379,9 @@ typedef struct wspool_config {
 } wspool_config;
 
 /**
- * A C task or callback: called with the `arg` given at submission.
+ * A C task or callback (`on_cancel` too): called with the `arg` given at submission. It must
+ * return normally: no C++ exception, `longjmp` or thread cancellation may leave it (see the
+ * header's preamble).
  */
 typedef void (*wspool_fn)(void *arg);
 
@@ -427,7 +445,8 @@ typedef struct wspool_group_storage {
 } wspool_group_storage;
 
 /**
- * A snapshot of a pool's counters. Set `struct_size` before `wspool_stats_get`.
+ * A snapshot of a pool's counters. Fill it with `wspool_stats_init()` (or set `struct_size`)
+ * before `wspool_stats_get`.
  */
 typedef struct wspool_stats {
   /**
@@ -531,11 +550,13 @@ typedef struct wspool_stats {
 
 /**
  * Wakes the loop (e.g. `uv_async_send`); runs on a pool thread or the submitting/draining thread.
+ * It must return normally (no unwinding; see the header's preamble).
  */
 typedef void (*wspool_cq_wake_fn)(void *ctx);
 
 /**
- * Runs on the draining thread with `signal_ctx` and a `WSPOOL_CQ_SIGNAL_*` value.
+ * Runs on the draining thread with `signal_ctx` and a `WSPOOL_CQ_SIGNAL_*` value. It must return
+ * normally (no unwinding; see the header's preamble).
  */
 typedef void (*wspool_cq_signal_fn)(void *ctx, int signal);
 
@@ -595,7 +616,7 @@ typedef struct wspool_cq_opts {
 
 /**
  * Runs on the draining thread, exactly once per accepted submission, with its `arg` and a
- * `WSPOOL_CQ_*` status.
+ * `WSPOOL_CQ_*` status. It must return normally (no unwinding; see the header's preamble).
  */
 typedef void (*wspool_cq_done_fn)(void *arg, int status);
 
@@ -846,8 +867,25 @@ void wspool_blocking_end(void);
 int wspool_current_index(void);
 
 /**
- * Fills `*out` with a snapshot of the pool's counters. The caller sets `out->struct_size`
- * (`WSPOOL_EINVAL` if 0 or below `WSPOOL_STATS_MIN_SIZE`); no byte past it is written.
+ * Zeroes `*st` and sets `struct_size`, ready for `wspool_stats_get`. NULL is ignored (and sets
+ * the last error). The header maps `wspool_stats_init(st)` to
+ * `wspool_stats_init_sized(st, sizeof *(st))`, so a program built against an older, shorter
+ * struct is never written past.
+ */
+void wspool_stats_init(struct wspool_stats *st);
+
+/**
+ * Zeroes the first `size` bytes of `*st` and sets `st->struct_size = size`.
+ * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_STATS_MIN_SIZE`.
+ */
+int wspool_stats_init_sized(struct wspool_stats *st, size_t size);
+
+/**
+ * Fills `*out` with a snapshot of the pool's counters. `out->struct_size` must be set first,
+ * by `wspool_stats_init(out)` or by hand (`WSPOOL_EINVAL` if 0 or below
+ * `WSPOOL_STATS_MIN_SIZE`); no byte past it is written. Read after a wait returned (a task
+ * handle, a group, a serial queue's task, a completion queue's `done`, a shutdown), `completed`
+ * includes every task that wait waited for: a task is counted before its waiters are released.
  */
 int wspool_stats_get(const struct wspool *pool, struct wspool_stats *out);
 
@@ -948,4 +986,5 @@ int64_t wspool_stats_openmetrics(const struct wspool *pool, char *buf, size_t ca
 #define wspool_config_init(cfg) wspool_config_init_sized((cfg), sizeof(*(cfg)))
 #define wspool_submit_opts_init(opts) wspool_submit_opts_init_sized((opts), sizeof(*(opts)))
 #define wspool_cq_opts_init(opts) wspool_cq_opts_init_sized((opts), sizeof(*(opts)))
+#define wspool_stats_init(st) wspool_stats_init_sized((st), sizeof(*(st)))
 #endif

@@ -37,7 +37,9 @@ pub const WSPOOL_REJECT_DISCARD_OLDEST: c_int = 3;
 
 // -------------------------------------------------------------- config ----
 
-/// A thread hook: called with the config's `hook_ctx` and the worker's index.
+/// A thread hook: called with the config's `hook_ctx` and the worker's index. It must return
+/// normally: no C++ exception, `longjmp` or thread cancellation may leave it (see the header's
+/// preamble).
 pub type wspool_thread_hook = Option<unsafe extern "C" fn(ctx: *mut c_void, index: u32)>;
 
 /// Pool configuration. Fill it with `wspool_config_init()`, then change fields.
@@ -160,7 +162,7 @@ pub(crate) fn read_config(cfg: *const wspool_config) -> Res<wspool_config> {
         return Ok(c);
     }
     // SAFETY: a non-null cfg points to a struct starting with struct_size.
-    let size = unsafe { support::struct_size_of(cfg.cast(), WSPOOL_CONFIG_MIN_SIZE, "cfg")? };
+    let size = unsafe { support::struct_size_of(cfg.cast(), WSPOOL_CONFIG_MIN_SIZE, "cfg", "wspool_config_init")? };
     // SAFETY: the caller's struct has `size` readable bytes, at least the copied prefix.
     unsafe { support::copy_prefix(cfg, &mut c, support::whole_fields(size, &CONFIG_LAYOUTS)) };
     Ok(c)

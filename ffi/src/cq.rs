@@ -40,11 +40,13 @@ pub const WSPOOL_CQ_CLOSE_CANCEL: c_int = 1;
 pub const WSPOOL_CQ_GLOBAL: u32 = 1;
 
 /// Runs on the draining thread, exactly once per accepted submission, with its `arg` and a
-/// `WSPOOL_CQ_*` status.
+/// `WSPOOL_CQ_*` status. It must return normally (no unwinding; see the header's preamble).
 pub type wspool_cq_done_fn = Option<unsafe extern "C" fn(arg: *mut c_void, status: c_int)>;
-/// Runs on the draining thread with `signal_ctx` and a `WSPOOL_CQ_SIGNAL_*` value.
+/// Runs on the draining thread with `signal_ctx` and a `WSPOOL_CQ_SIGNAL_*` value. It must return
+/// normally (no unwinding; see the header's preamble).
 pub type wspool_cq_signal_fn = Option<unsafe extern "C" fn(ctx: *mut c_void, signal: c_int)>;
 /// Wakes the loop (e.g. `uv_async_send`); runs on a pool thread or the submitting/draining thread.
+/// It must return normally (no unwinding; see the header's preamble).
 pub type wspool_cq_wake_fn = Option<unsafe extern "C" fn(ctx: *mut c_void)>;
 
 /// Completion-queue options. Fill with `wspool_cq_opts_init()`, then change fields.
@@ -170,7 +172,7 @@ pub unsafe extern "C" fn wspool_cq_create(
         let mut o = default_cq_opts();
         if !opts.is_null() {
             // SAFETY: a non-null opts points to a struct starting with struct_size.
-            let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_CQ_OPTS_MIN_SIZE, "opts")? };
+            let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_CQ_OPTS_MIN_SIZE, "opts", "wspool_cq_opts_init")? };
             // SAFETY: `size` readable bytes.
             unsafe { support::copy_prefix(opts, &mut o, size.min(size_of::<wspool_cq_opts>())) };
         }

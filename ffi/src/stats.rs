@@ -7,7 +7,8 @@ use std::ptr;
 use crate::support::{self, einval, guard};
 use crate::{WSPOOL_OK, pool_of, wspool};
 
-/// A snapshot of a pool's counters. Set `struct_size` before `wspool_stats_get`.
+/// A snapshot of a pool's counters. Fill it with `wspool_stats_init()` (or set `struct_size`)
+/// before `wspool_stats_get`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct wspool_stats {
@@ -69,8 +70,40 @@ const _: () = assert!(offset_of!(wspool_stats, queue_delay_max_ns) + 8 == WSPOOL
 /// The end of each published `wspool_stats` layout, oldest first.
 const STATS_LAYOUTS: [usize; 2] = [WSPOOL_STATS_MIN_SIZE, size_of::<wspool_stats>()];
 
-/// Fills `*out` with a snapshot of the pool's counters. The caller sets `out->struct_size`
-/// (`WSPOOL_EINVAL` if 0 or below `WSPOOL_STATS_MIN_SIZE`); no byte past it is written.
+/// Zeroes `*st` and sets `struct_size`, ready for `wspool_stats_get`. NULL is ignored (and sets
+/// the last error). The header maps `wspool_stats_init(st)` to
+/// `wspool_stats_init_sized(st, sizeof *(st))`, so a program built against an older, shorter
+/// struct is never written past.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_stats_init(st: *mut wspool_stats) {
+    // SAFETY: forwarded contract.
+    unsafe { wspool_stats_init_sized(st, size_of::<wspool_stats>()) };
+}
+
+/// Zeroes the first `size` bytes of `*st` and sets `st->struct_size = size`.
+/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_STATS_MIN_SIZE`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_stats_init_sized(st: *mut wspool_stats, size: usize) -> c_int {
+    guard("wspool_stats_init", || {
+        if st.is_null() {
+            return einval("st is NULL");
+        }
+        if size < WSPOOL_STATS_MIN_SIZE {
+            return einval(format!("size {size} is below the smallest layout ({WSPOOL_STATS_MIN_SIZE} bytes)"));
+        }
+        let zero = wspool_stats { struct_size: size, ..wspool_stats::default() };
+        let n = size.min(size_of::<wspool_stats>());
+        // SAFETY: the caller's struct has `size >= n` bytes.
+        unsafe { ptr::copy_nonoverlapping((&zero as *const wspool_stats).cast::<u8>(), st.cast::<u8>(), n) };
+        Ok(WSPOOL_OK)
+    })
+}
+
+/// Fills `*out` with a snapshot of the pool's counters. `out->struct_size` must be set first,
+/// by `wspool_stats_init(out)` or by hand (`WSPOOL_EINVAL` if 0 or below
+/// `WSPOOL_STATS_MIN_SIZE`); no byte past it is written. Read after a wait returned (a task
+/// handle, a group, a serial queue's task, a completion queue's `done`, a shutdown), `completed`
+/// includes every task that wait waited for: a task is counted before its waiters are released.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_stats_get(pool: *const wspool, out: *mut wspool_stats) -> c_int {
     guard("wspool_stats_get", || {
@@ -79,7 +112,7 @@ pub unsafe extern "C" fn wspool_stats_get(pool: *const wspool, out: *mut wspool_
             return einval("out is NULL");
         }
         // SAFETY: non-null, starts with struct_size.
-        let size = unsafe { support::struct_size_of(out.cast(), WSPOOL_STATS_MIN_SIZE, "stats")? };
+        let size = unsafe { support::struct_size_of(out.cast(), WSPOOL_STATS_MIN_SIZE, "stats", "wspool_stats_init")? };
         let s = p.pool.stats();
         let full = wspool_stats {
             struct_size: size,

@@ -13,7 +13,9 @@ use crate::{
     WSPOOL_ESHUTDOWN, WSPOOL_OK, func, group_of, pool_of, serial_of, wspool, wspool_group, wspool_serial, wspool_task,
 };
 
-/// A C task or callback: called with the `arg` given at submission.
+/// A C task or callback (`on_cancel` too): called with the `arg` given at submission. It must
+/// return normally: no C++ exception, `longjmp` or thread cancellation may leave it (see the
+/// header's preamble).
 pub type wspool_fn = Option<unsafe extern "C" fn(arg: *mut c_void)>;
 
 /// Submit flag: push to the pool's global queue even from a pool thread (fairness over locality).
@@ -80,7 +82,7 @@ fn read_opts(opts: *const wspool_submit_opts) -> Res<wspool_submit_opts> {
     let mut o = default_opts();
     if !opts.is_null() {
         // SAFETY: a non-null opts points to a struct starting with struct_size.
-        let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_SUBMIT_OPTS_MIN_SIZE, "opts")? };
+        let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_SUBMIT_OPTS_MIN_SIZE, "opts", "wspool_submit_opts_init")? };
         // SAFETY: the caller's struct has `size` readable bytes, at least the copied prefix.
         unsafe { support::copy_prefix(opts, &mut o, support::whole_fields(size, &OPTS_LAYOUTS)) };
     }

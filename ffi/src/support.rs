@@ -300,15 +300,16 @@ pub(crate) mod tsan {
 // ------------------------------------------------------ versioned structs --
 
 /// Reads the `struct_size` a caller put in the first field of a versioned
-/// struct and checks it against the first published layout.
+/// struct and checks it against the first published layout. `init` names
+/// the function that fills it, for the message.
 ///
 /// # Safety
 /// `p` is non-null and points to at least a `usize`.
-pub(crate) unsafe fn struct_size_of(p: *const c_void, min: usize, what: &str) -> Res<usize> {
+pub(crate) unsafe fn struct_size_of(p: *const c_void, min: usize, what: &str, init: &str) -> Res<usize> {
     // SAFETY: per the contract.
     let size = unsafe { p.cast::<usize>().read() };
     if size == 0 {
-        return einval(format!("{what}.struct_size is 0 (call the _init function first)"));
+        return einval(format!("{what}.struct_size is 0 (call {init} first)"));
     }
     if size < min {
         return einval(format!("{what}.struct_size {size} is below the smallest layout ({min} bytes)"));
