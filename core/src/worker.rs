@@ -86,6 +86,8 @@ pub(crate) struct WorkerThread {
     /// The lowest stack address at which a wait may still run a job nested
     /// (the lowest safe address plus the help reserve, see `wait.rs`).
     pub(crate) nested_floor: usize,
+    /// Counts the groups placed on this thread (`group/lease.rs`).
+    pub(crate) lease: crate::group::LeaseSlot,
     /// This thread's `Here`, read once: `execute` sets where each job counts
     /// its completion without a thread-local lookup per task.
     here: &'static crate::here::Here,
@@ -191,6 +193,7 @@ impl WorkerThread {
             next_region: Cell::new(0),
             help_depth: Cell::new(0),
             blocking_depth: Cell::new(0),
+            lease: Default::default(),
             here: crate::here::here(),
         };
         // A panic outside a task (there should be none: every task, hook and
@@ -212,7 +215,7 @@ impl WorkerThread {
         crate::here::here().set_worker(ptr::null());
         // Groups placed on this thread and not finalised yet keep the
         // registry alive through its lease, past this thread's own count.
-        crate::group::Lease::end(&worker.registry);
+        worker.lease.end(&worker.registry);
         let WorkerThread { registry, deque, inbox, .. } = worker;
         registry.release_slot(index, LocalQueues { deque, inbox });
         std::mem::forget(guard);

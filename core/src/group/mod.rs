@@ -28,7 +28,7 @@ use crate::job::HeapJob;
 use crate::registry::Registry;
 use crate::task::TaskHandle;
 
-pub(crate) use lease::Lease;
+pub(crate) use lease::LeaseSlot;
 pub use local::{GroupPlace, LocalGroup};
 use state::{GroupInner, HANDLE, Member, RegistryRef};
 
