@@ -113,37 +113,43 @@ fn a_wait_inside_a_blocking_region_runs_no_other_task() {
 // Issue 10.3: a worker parked inside a wait was the first one woken for new
 // work (LIFO sleepers), so a 50 ms wait lasted 500 ms: the waiter ran a new
 // 500 ms task while a third worker stayed idle. Idle workers are woken
-// before parked waiters: the long task runs on another thread and the wait
-// returns in about 50 ms (bound: 400 ms, a behaviour guard, not a timing).
+// before parked waiters: the long task runs on another thread, not inside
+// the wait. (The wait's length is printed, not asserted: a loaded machine
+// stretches it without breaking the rule.)
 #[test]
 fn a_waiter_is_not_handed_long_work_while_a_worker_idles() {
-    let (wait_took, waiter_thread, long_thread) = watchdog(HANG, "waiter vs idle worker", || {
+    let (wait_took, ran_inside_the_wait) = watchdog(HANG, "waiter vs idle worker", || {
         let pool = fixed(3);
         let w = running_elsewhere(&pool, Duration::from_millis(50));
+        // The waiter's thread while it is inside its wait.
+        let waiter = Arc::new(Mutex::new(None));
         let waiting = Arc::new(AtomicBool::new(false));
         let a = {
-            let waiting = waiting.clone();
+            let (waiter, waiting) = (waiter.clone(), waiting.clone());
             pool.submit(move || {
                 let start = Instant::now();
+                *waiter.lock().unwrap() = Some(std::thread::current().id());
                 waiting.store(true, SeqCst);
                 w.wait().unwrap();
-                (start.elapsed(), std::thread::current().id())
+                *waiter.lock().unwrap() = None;
+                start.elapsed()
             })
             .unwrap()
         };
         eventually(HANG, "A waits", || waiting.load(SeqCst));
         std::thread::sleep(Duration::from_millis(5));
         let long = pool
-            .submit(|| {
+            .submit(move || {
+                let inside = *waiter.lock().unwrap() == Some(std::thread::current().id());
                 std::thread::sleep(Duration::from_millis(500));
-                std::thread::current().id()
+                inside
             })
             .unwrap();
-        let (took, a_thread) = a.wait().unwrap();
-        (took, a_thread, long.wait().unwrap())
+        let took = a.wait().unwrap();
+        (took, long.wait().unwrap())
     });
-    assert_ne!(waiter_thread, long_thread, "the waiter ran the new 500 ms task while a worker was idle");
-    assert!(wait_took < Duration::from_millis(400), "a 50 ms wait took {wait_took:?}");
+    println!("a 50 ms wait took {wait_took:?}");
+    assert!(!ran_inside_the_wait, "the waiter ran the new 500 ms task inside its wait while a worker was idle");
 }
 
 // Issue 10.4: a waiter took global-queue work before in-flight work stolen
@@ -220,35 +226,53 @@ fn a_waiter_steals_in_flight_work_before_taking_global_work() {
 
 // Issue 10.5: `wait_timeout` on a pool thread ran the awaited (500 ms) task
 // inline and returned after 500 ms. A timed wait must not start work it
-// cannot bound: it returns false long before the task could finish.
+// cannot bound: it returns false while the task is still pending. The tasks
+// wait on a gate opened after both waits: a wait that ran one inline is
+// seen by the task itself (it then returns at once instead of hanging).
 #[test]
 fn wait_timeout_on_a_pool_thread_does_not_run_the_task_inline() {
-    let (handle_result, handle_took, group_result, group_took) = watchdog(HANG, "timed waits", || {
+    let (handle_result, group_result, inline) = watchdog(HANG, "timed waits", || {
         let pool = fixed(2);
         let p = pool.clone();
         pool.submit(move || {
-            let h = p.submit(|| std::thread::sleep(Duration::from_millis(500))).unwrap();
-            let start = Instant::now();
-            let hr = h.wait_timeout(Duration::from_millis(10));
-            let ht = start.elapsed();
+            let gate = Arc::new(Gate::default());
+            let _open = OpenOnDrop(gate.clone());
+            let inline = Arc::new(AtomicBool::new(false));
+            // The waiter's thread while it is inside a timed wait.
+            let waiter = Arc::new(Mutex::new(None));
+            let task = || {
+                let (gate, inline, waiter) = (gate.clone(), inline.clone(), waiter.clone());
+                move || {
+                    if *waiter.lock().unwrap() == Some(std::thread::current().id()) {
+                        inline.store(true, SeqCst);
+                        return;
+                    }
+                    gate.wait();
+                }
+            };
+            let timed = |wait: &dyn Fn() -> bool| {
+                *waiter.lock().unwrap() = Some(std::thread::current().id());
+                let r = wait();
+                *waiter.lock().unwrap() = None;
+                r
+            };
+            let h = p.submit(task()).unwrap();
+            let hr = timed(&|| h.wait_timeout(Duration::from_millis(10)));
             let g = p.group();
-            g.spawn(|| std::thread::sleep(Duration::from_millis(500))).unwrap();
-            let start = Instant::now();
-            let gr = g.wait_timeout(Duration::from_millis(10));
-            (hr, ht, gr, start.elapsed())
+            g.spawn(task()).unwrap();
+            let gr = timed(&|| g.wait_timeout(Duration::from_millis(10)));
+            gate.open();
+            h.wait().unwrap();
+            g.wait().unwrap();
+            (hr, gr, inline.load(SeqCst))
         })
         .unwrap()
         .wait()
         .unwrap()
     });
-    assert!(
-        !handle_result && handle_took < Duration::from_millis(300),
-        "TaskHandle::wait_timeout(10 ms) returned {handle_result} after {handle_took:?}"
-    );
-    assert!(
-        !group_result && group_took < Duration::from_millis(300),
-        "Group::wait_timeout(10 ms) returned {group_result} after {group_took:?}"
-    );
+    assert!(!inline, "a timed wait ran the awaited task inline");
+    assert!(!handle_result, "TaskHandle::wait_timeout(10 ms) returned true for a task still waiting on its gate");
+    assert!(!group_result, "Group::wait_timeout(10 ms) returned true for a task still waiting on its gate");
 }
 
 // Issue 30.5: only a push onto an *empty* deque offered work to a parked

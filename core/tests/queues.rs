@@ -18,10 +18,12 @@ const HANG: Duration = Duration::from_secs(10);
 
 // Issue 10.6, documented rule: a pool thread whose submission finds the
 // queue full gets `Rejected` at once under Block and BlockFor (it must not
-// wait for room that only its own progress would make).
+// wait for room that only its own progress would make). Block and an
+// hour's BlockFor would wait past the watchdog: a `Rejected` within it was
+// given at once.
 #[test]
 fn block_policies_reject_a_pool_thread_at_once() {
-    for reject in [Reject::Block, Reject::BlockFor(Duration::from_secs(5))] {
+    for reject in [Reject::Block, Reject::BlockFor(Duration::from_secs(3600))] {
         let (kinds, took) = watchdog(HANG, "a pool thread submitting to its own full queue", move || {
             let pool =
                 Pool::builder().min_threads(1).growth(Growth::Fixed).queue_capacity(1).reject(reject).build().unwrap();
@@ -36,8 +38,7 @@ fn block_policies_reject_a_pool_thread_at_once() {
             .wait()
             .unwrap()
         });
-        assert_eq!(kinds, [None, Some(SubmitErrorKind::Rejected)], "{reject:?}");
-        assert!(took < Duration::from_secs(2), "{reject:?}: the pool thread waited {took:?} for room");
+        assert_eq!(kinds, [None, Some(SubmitErrorKind::Rejected)], "{reject:?} (after {took:?})");
     }
 }
 
@@ -78,26 +79,28 @@ fn discard_oldest_from_a_pool_thread_evicts_the_oldest_global_task() {
 
 // Issue 10.8: new threads counted as searching before `on_thread_start`
 // ran, so while a hook was slow every wake-up was suppressed (a trivial
-// task took 1.8 s). With threads 1 and 2 of 3 sleeping 1 s in their hook,
-// a trivial task completes well within that second.
+// task took 1.8 s). Threads 1 and 2 of 3 stay in their hook until the
+// trivial task is done: thread 0 must be woken for it, or the watchdog
+// fails the test.
 #[test]
 fn a_slow_start_hook_does_not_suppress_wake_ups() {
-    let took = watchdog(HANG, "trivial task during slow start hooks", || {
+    watchdog(HANG, "trivial task during slow start hooks", || {
+        let hooks = Arc::new(Gate::default());
+        let h = hooks.clone();
         let pool = Pool::builder()
             .min_threads(3)
             .growth(Growth::Fixed)
-            .on_thread_start(|i| {
+            .on_thread_start(move |i| {
                 if i >= 1 {
-                    std::thread::sleep(Duration::from_secs(1));
+                    h.wait();
                 }
             })
             .build()
             .unwrap();
-        let start = Instant::now();
+        // Dropped before the pool, whose drop waits for the hooked threads.
+        let _open = OpenOnDrop(hooks);
         pool.submit(|| ()).unwrap().wait().unwrap();
-        start.elapsed()
     });
-    assert!(took < Duration::from_millis(500), "a trivial task took {took:?} while start hooks slept");
 }
 
 // Issue 10.10: a serial queue's next turn went on top of the running
