@@ -12,7 +12,9 @@
 //! `Injector::push_run`, across a block end). In the
 //! sleep models the deques are models (`Deque`, `Injector` below) with
 //! the real deques' orderings on the words that matter: a local push publishes
-//! with a Release store and no fence; `is_empty` loads behind a SeqCst fence.
+//! with a Release fence and store and no SeqCst fence (the model keeps the
+//! Release store: a Release fence orders nothing more for a protocol whose
+//! thieves read that very store); `is_empty` loads behind a SeqCst fence.
 //! The worker loops are the control flow of `WorkerThread::main_loop` and
 //! `wait.rs` reduced to the protocol steps (searching, taking, parking).
 //! The workers' deques (`deque/mod.rs`, 2-slot buffers under loom) are
@@ -33,8 +35,8 @@ use loom::thread;
 use wspool::__loom::{Compensation, Injector as GlobalQueue, NO_REGION, Sleep, Steal, Wake, Worker};
 
 /// A worker's own deque as `deque/mod.rs` implements the words this protocol
-/// reads: the owner's push is a Release store of `back` (no fence); a
-/// thief's `is_empty` is a SeqCst fence then Acquire loads.
+/// reads: the owner's push publishes `back` with Release (no SeqCst fence);
+/// a thief's `is_empty` is a SeqCst fence then Acquire loads.
 #[derive(Default)]
 struct Deque(AtomicUsize);
 
