@@ -486,9 +486,12 @@ fn cancel_drops_everything_not_started_exactly_once() {
     }
     let t = Tracked::new(&outcomes);
     let handle = p.submit(move || t.run()).unwrap();
-    let g2 = gate.clone();
+    // The held workers go on only once the shutdown has begun (then they
+    // cancel what is queued instead of running it); a fixed delay here
+    // could open the gate first on a loaded machine.
+    let (g2, p2) = (gate.clone(), p.clone());
     let opener = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
+        eventually(LONG, "the shutdown began", || p2.is_shutdown());
         g2.open();
     });
     p.shutdown(Shutdown::Cancel, None).unwrap();
