@@ -413,7 +413,10 @@ impl<T: Send + 'static> CompletionQueue<T> {
 
     /// Runs `work(&mut item)` on the pool; `item` comes back through
     /// `drain`. Refused (with the item) when closed, full, or when the pool
-    /// refuses; a refused submission produces no completion.
+    /// refuses; a refused submission produces no completion. Should `work`'s
+    /// destructor panic while a refused submission is taken back, the panic
+    /// leaves this call, `item` is dropped, and the queue is as if the call
+    /// had not been made.
     pub fn submit<F>(&self, item: T, work: F) -> Result<(), CqSubmitError<T>>
     where
         F: FnOnce(&mut T) + Send + 'static,
