@@ -244,7 +244,11 @@ impl Sleep {
     /// that deque, as every job pushed onto a non-empty deque does.
     #[inline]
     pub fn notify_waiter_for_push(&self, region: u64) -> bool {
-        if self.waiter_regions.load(SeqCst) & region_bit(region) == 0 {
+        // The common case, no waiter parked at all, costs a load and a
+        // branch, the bit test is out of line (callgrind, W2 `join` on one
+        // worker, instructions per task: 186.8 before this rule, 197.8 with
+        // the bit computed inline, 190.8 so).
+        if self.waiter_regions.load(SeqCst) == 0 {
             return false;
         }
         self.wake_waiter_of(region)
@@ -266,11 +270,22 @@ impl Sleep {
 
     /// Wakes a parked waiter of `region`, if any. Also used for a job of
     /// `region` met in the global queue by another waiter (`wait.rs`).
+    #[inline]
     pub fn wake_waiter_of(&self, region: u64) -> bool {
         // SeqCst, after the caller's fence (or SeqCst push): pairs with the
         // waiter's SeqCst update of `waiter_regions` and the fence before
         // its re-check, as `state` does for idle workers.
-        if self.waiter_regions.load(SeqCst) & region_bit(region) == 0 {
+        let bits = self.waiter_regions.load(SeqCst);
+        if bits == 0 {
+            return false;
+        }
+        self.wake_waiter_in(bits, region)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_waiter_in(&self, bits: u64, region: u64) -> bool {
+        if bits & region_bit(region) == 0 {
             return false;
         }
         let index = {
