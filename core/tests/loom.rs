@@ -432,6 +432,37 @@ fn non_empty_region_push_wakes_its_parked_waiter() {
     });
 }
 
+/// Issue 30.6: a pool task pushes a job of region 7 onto the global queue
+/// (its SeqCst CAS, with the fence the model adds) and notifies
+/// (`notify_for_push`, as `Registry::enqueue` does); the only other worker
+/// waits in region 7 and, having nobody free beside it, looks through the
+/// global queue in its park's re-check (`wait.rs`, `look_in_global_queue`,
+/// reduced to a take whose job is run once the park returns). However the
+/// push and the registration interleave, the waiter runs the job.
+#[test]
+fn global_region_push_reaches_its_waiters_look() {
+    loom::model(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let queue = Arc::new(Injector::default());
+        let done = Arc::new(Done::default());
+        let (s, q, f) = (sleep.clone(), queue.clone(), done.clone());
+        let waiter = thread::spawn(move || {
+            loop {
+                let found = AtomicBool::new(false);
+                s.park_waiter(0, 7, None, || q.take() && !found.swap(true, SeqCst));
+                if found.load(SeqCst) {
+                    f.set();
+                    return;
+                }
+            }
+        });
+        queue.push();
+        sleep.notify_for_push(7);
+        done.wait();
+        waiter.join().unwrap();
+    });
+}
+
 /// How a pool thread enters the compensation count: `enter` (a blocking
 /// region) or `enter_wait` (parked inside a wait). Arguments: has_work,
 /// wake, lend.
