@@ -116,6 +116,7 @@ impl Sleep {
     }
 
     /// Workers parked inside a wait now (for the loom models).
+    #[cfg(loom)]
     pub fn waiters(&self) -> usize {
         self.waiting.load(SeqCst)
     }
