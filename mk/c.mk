@@ -135,12 +135,13 @@ test-c-asan: c-lib
 # thread's TLS holds glibc's list of its thread-local destructors (use_tls=0
 # reports that list as a leak after the first round), and the library's
 # statics (the completion queues' registry, the fork bookkeeping) keep what
-# they point to by design. A check runs after every round
-# (__lsan_do_recoverable_leak_check, so a leak is pinned on a round and its
-# seed) and at exit; detect_stack_use_after_return catches a placed group's
-# storage used after its frame returned.
+# they point to by design. A check runs every 25 rounds
+# (__lsan_do_recoverable_leak_check, so a leak is pinned on a few rounds of a
+# printed seed; not every round: each check stops the world, which is slow on
+# a loaded machine) and at exit; detect_stack_use_after_return catches a
+# placed group's storage used after its frame returned.
 # WSPOOL_RANDOM_SEED replays a run (the seed is printed), WSPOOL_RANDOM_ROUNDS
-# changes its length.
+# changes its length, WSPOOL_RANDOM_FIRST starts it at a given round.
 C_RANDOM_ASAN_OPTIONS := detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1
 C_RANDOM_LSAN_OPTIONS := use_stacks=0:use_registers=0:use_tls=1:use_globals=1:report_objects=1:max_leaks=20
 test-c-random: c-lib
