@@ -235,6 +235,26 @@ fn fifo_owner_races_thieves_with_wrap_around() {
     race(Flavor::Fifo);
 }
 
+/// A thief of the Miri-sized races: steals (in batches into a deque of its
+/// own if `batch`) and counts each value in `seen` until the deque is empty
+/// after `done`.
+fn steal_until_done(stealer: &Stealer<Box<usize>>, batch: bool, seen: &[StdAtomicUsize], done: &AtomicBool) {
+    let own: Worker<Box<usize>> = Worker::new_lifo();
+    loop {
+        let got = if batch { stealer.steal_batch_and_pop(&own) } else { stealer.steal() };
+        match got {
+            Steal::Success(v) => {
+                seen[*v].fetch_add(1, Sc);
+            }
+            Steal::Empty if done.load(Sc) => break,
+            _ => std::thread::yield_now(),
+        }
+        while let Some(v) = own.pop() {
+            seen[*v].fetch_add(1, Sc);
+        }
+    }
+}
+
 /// The pattern Miri caught with push publishing through a Release store:
 /// the owner pushes twice and pops once while two thieves steal. A thief
 /// that reads `back` from the pop's Relaxed store must still see the first
@@ -285,25 +305,10 @@ fn owner_and_thieves_race_without_wrap_around() {
         let seen: Vec<StdAtomicUsize> = (0..n).map(|_| StdAtomicUsize::new(0)).collect();
         let done = AtomicBool::new(false);
         std::thread::scope(|s| {
-            for t in 0..2 {
+            for batch in [true, false] {
                 let stealer = w.stealer();
                 let (seen, done) = (&seen, &done);
-                s.spawn(move || {
-                    let own: Worker<Box<usize>> = Worker::new_fifo();
-                    loop {
-                        let got = if t == 0 { stealer.steal_batch_and_pop(&own) } else { stealer.steal() };
-                        match got {
-                            Steal::Success(v) => {
-                                seen[*v].fetch_add(1, Sc);
-                            }
-                            Steal::Empty if done.load(Sc) => break,
-                            _ => std::thread::yield_now(),
-                        }
-                        while let Some(v) = own.pop() {
-                            seen[*v].fetch_add(1, Sc);
-                        }
-                    }
-                });
+                s.spawn(move || steal_until_done(&stealer, batch, seen, done));
             }
             for i in 0..n {
                 w.push(Box::new(i));
@@ -386,25 +391,10 @@ fn release_memory_races_thieves() {
     let seen: Vec<StdAtomicUsize> = (0..rounds * per_round).map(|_| StdAtomicUsize::new(0)).collect();
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        for t in 0..2 {
+        for batch in [false, true] {
             let stealer = w.stealer();
             let (seen, done) = (&seen, &done);
-            s.spawn(move || {
-                let own: Worker<Box<usize>> = Worker::new_lifo();
-                loop {
-                    let got = if t == 0 { stealer.steal() } else { stealer.steal_batch_and_pop(&own) };
-                    match got {
-                        Steal::Success(v) => {
-                            seen[*v].fetch_add(1, Sc);
-                        }
-                        Steal::Empty if done.load(Sc) => break,
-                        _ => std::thread::yield_now(),
-                    }
-                    while let Some(v) = own.pop() {
-                        seen[*v].fetch_add(1, Sc);
-                    }
-                }
-            });
+            s.spawn(move || steal_until_done(&stealer, batch, seen, done));
         }
         for r in 0..rounds {
             for i in 0..per_round {
