@@ -68,7 +68,7 @@ fn push_moves_every_byte_of_word_and_odd_sized_values() {
 }
 
 #[test]
-fn grows_keeping_every_value_and_never_shrinks() {
+fn grows_keeping_every_value_and_keeps_its_buffer_until_released() {
     let w = Worker::new_lifo();
     for i in 0..1000 {
         w.push(i);
