@@ -133,6 +133,12 @@ mod tests {
     use super::{Lease, LeaseSlot};
     use crate::registry::Registry;
 
+    /// A lease handed to another thread, keeping its provenance (an address
+    /// cast to `usize` and back would not: Miri would then have to guess).
+    struct Placed(NonNull<Lease>);
+    // SAFETY: a lease is released from any thread (that is its purpose).
+    unsafe impl Send for Placed {}
+
     /// A registry with no thread; the `Weak` sees it freed.
     fn threadless() -> (Arc<Registry>, Weak<Registry>) {
         let config = crate::Pool::builder().min_threads(1).growth(crate::Growth::Fixed).validate().unwrap();
@@ -143,8 +149,8 @@ mod tests {
 
     /// On a thread standing for a pool thread that holds `registry` as its
     /// own count: places `placed` states, finalises `local` of them there,
-    /// hands the rest out (as addresses), then exits as a worker does.
-    fn pool_thread(registry: Arc<Registry>, placed: usize, local: usize) -> Vec<usize> {
+    /// hands the rest out, then exits as a worker does.
+    fn pool_thread(registry: Arc<Registry>, placed: usize, local: usize) -> Vec<Placed> {
         std::thread::spawn(move || {
             let slot = LeaseSlot::default();
             let mut leases: Vec<NonNull<Lease>> = (0..placed).map(|_| slot.place()).collect();
@@ -153,7 +159,7 @@ mod tests {
                 unsafe { Lease::release(lease) };
             }
             slot.end(&registry);
-            leases.into_iter().map(|l| l.as_ptr() as usize).collect()
+            leases.into_iter().map(Placed).collect()
         })
         .join()
         .unwrap()
@@ -175,10 +181,10 @@ mod tests {
         assert_eq!(left.len(), 2);
         assert!(weak.upgrade().is_some(), "the exited thread's lease keeps the registry");
         // SAFETY: placed by `pool_thread`, released once each.
-        unsafe { Lease::release(NonNull::new(left[0] as *mut Lease).unwrap()) };
+        unsafe { Lease::release(left[0].0) };
         assert!(weak.upgrade().is_some(), "one state is still placed");
         // SAFETY: as above.
-        unsafe { Lease::release(NonNull::new(left[1] as *mut Lease).unwrap()) };
+        unsafe { Lease::release(left[1].0) };
         assert!(weak.upgrade().is_none(), "the last state dropped the registry with the lease");
     }
 
@@ -190,17 +196,17 @@ mod tests {
         let rounds = if cfg!(miri) { 3 } else { 200 };
         for _ in 0..rounds {
             let (registry, weak) = threadless();
-            let (tx, rx) = std::sync::mpsc::channel::<usize>();
+            let (tx, rx) = std::sync::mpsc::channel::<Placed>();
             let releaser = std::thread::spawn(move || {
-                for addr in rx {
+                for placed in rx {
                     // SAFETY: placed by the thread below, released once.
-                    unsafe { Lease::release(NonNull::new(addr as *mut Lease).unwrap()) };
+                    unsafe { Lease::release(placed.0) };
                 }
             });
             std::thread::spawn(move || {
                 let slot = LeaseSlot::default();
                 for _ in 0..3 {
-                    tx.send(slot.place().as_ptr() as usize).unwrap();
+                    tx.send(Placed(slot.place())).unwrap();
                 }
                 let mine = slot.place();
                 // SAFETY: placed just above, released once, on this thread.
