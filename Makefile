@@ -120,7 +120,9 @@ loom-mutant:
 # the completion queue's nodes and the group state. Racing tests run with
 # several seeds (each seed is another schedule of the same threads). The tests are
 # Miri-sized under cfg(miri); tests Miri cannot judge are ignored there
-# with the reason (the deques' wrap-around races, by design).
+# with the reason (the deques' wrap-around races, by design). Then the
+# deque's push built with a Release store instead of its Release fence:
+# Miri must report the data race on a slot (as the loom mutant must).
 MIRI_MODULES := deque:: injector:: cq:: group::
 MIRI_SEEDS ?= 0..4
 test-miri:
@@ -131,7 +133,14 @@ test-miri:
 	  echo "test-miri: SKIPPED: cargo +nightly miri is not available here and rustup could not install it"; \
 	  exit 0; fi; \
 	MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS)" $(CARGO) +nightly miri test -p wspool --lib \
-	  --target-dir target/miri -- $(MIRI_MODULES)
+	  --target-dir target/miri -- $(MIRI_MODULES); \
+	if RUSTFLAGS="--cfg wspool_mutant_push_release_store" MIRIFLAGS="-Zmiri-many-seeds=0..8" \
+	  $(CARGO) +nightly miri test -p wspool --lib --target-dir target/miri-mutant \
+	  -- deque::tests::push_push_pop_races_two_thieves > target/miri-mutant.log 2>&1; then \
+	  echo "test-miri: push_push_pop_races_two_thieves PASSED with push publishing through a Release store: it no longer catches that race"; exit 1; fi; \
+	grep -q "Data race detected" target/miri-mutant.log || { tail -40 target/miri-mutant.log; \
+	  echo "test-miri: the push mutant failed, but not with a data race"; exit 1; }; \
+	echo "test-miri: with push publishing through a Release store, Miri reports the data race, as it must"
 
 ## Builds and runs the demos: the pool working, and its stats.
 demo: demo-rust $(DEMO_TARGETS)

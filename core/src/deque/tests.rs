@@ -256,41 +256,48 @@ fn steal_until_done(stealer: &Stealer<Box<usize>>, batch: bool, seen: &[StdAtomi
 }
 
 /// The pattern Miri caught with push publishing through a Release store:
-/// the owner pushes twice and pops once while two thieves steal. A thief
-/// that reads `back` from the pop's Relaxed store must still see the first
-/// slot's write (the push's Release fence orders it). Boxed values, so a
-/// torn, stale or provenance-less copy is also a Miri error. No index
-/// wraps (two values in a 64-slot buffer).
+/// the owner pushes twice and pops once, over and over, while two thieves
+/// steal. A thief that reads `back` from a pop's Relaxed store must still
+/// see the write of the slot it reads (the push's Release fence orders it).
+/// Boxed values, so a stale or provenance-less copy is also a Miri error.
+/// No index wraps (at most 24 pushes into a 64-slot buffer).
 #[test]
 fn push_push_pop_races_two_thieves() {
-    for _ in 0..if cfg!(miri) { 4 } else { 2_000 } {
+    const ROUNDS: usize = 12;
+    for _ in 0..if cfg!(miri) { 2 } else { 500 } {
         let w: Worker<Box<usize>> = Worker::new_lifo();
-        let taken = StdAtomicUsize::new(0);
+        let seen: Vec<StdAtomicUsize> = (0..2 * ROUNDS).map(|_| StdAtomicUsize::new(0)).collect();
+        let done = AtomicBool::new(false);
         std::thread::scope(|s| {
             for _ in 0..2 {
                 let stealer = w.stealer();
-                let taken = &taken;
+                let (seen, done) = (&seen, &done);
                 s.spawn(move || {
-                    for _ in 0..3 {
-                        if let Steal::Success(v) = stealer.steal() {
-                            assert!(*v < 2);
-                            taken.fetch_add(1, Sc);
+                    loop {
+                        match stealer.steal() {
+                            Steal::Success(v) => {
+                                seen[*v].fetch_add(1, Sc);
+                            }
+                            Steal::Empty if done.load(Sc) => break,
+                            _ => std::thread::yield_now(),
                         }
                     }
                 });
             }
-            w.push(Box::new(0usize));
-            w.push(Box::new(1usize));
-            if let Some(v) = w.pop() {
-                assert!(*v < 2);
-                taken.fetch_add(1, Sc);
+            for r in 0..ROUNDS {
+                w.push(Box::new(2 * r));
+                w.push(Box::new(2 * r + 1));
+                if let Some(v) = w.pop() {
+                    seen[*v].fetch_add(1, Sc);
+                }
             }
+            while let Some(v) = w.pop() {
+                seen[*v].fetch_add(1, Sc);
+            }
+            done.store(true, Sc);
         });
-        while let Some(v) = w.pop() {
-            assert!(*v < 2);
-            taken.fetch_add(1, Sc);
-        }
-        assert_eq!(taken.load(Sc), 2, "every value taken exactly once");
+        let wrong: Vec<_> = (0..2 * ROUNDS).filter(|&i| seen[i].load(Sc) != 1).collect();
+        assert!(wrong.is_empty(), "values taken other than once: {wrong:?}");
     }
 }
 
