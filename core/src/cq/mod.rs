@@ -106,6 +106,30 @@ struct Inner<T> {
     epoch: Instant,
 }
 
+impl<T> Inner<T> {
+    /// An open queue's shared state, empty.
+    fn new(wake: Wake, codel: Option<Codel>) -> Self {
+        Inner {
+            ready: Mutex::new(Ready {
+                done: VecDeque::new(),
+                signals: VecDeque::new(),
+                signaled: false,
+                closer_waiting: false,
+            }),
+            closed_cv: Condvar::new(),
+            free: Mutex::new(Vec::new()),
+            pending: AtomicUsize::new(0),
+            drains: std::sync::atomic::AtomicU64::new(0),
+            queued: AtomicUsize::new(0),
+            wake,
+            codel,
+            closed: std::sync::atomic::AtomicU8::new(OPEN),
+            above_high: std::sync::atomic::AtomicBool::new(false),
+            epoch: Instant::now(),
+        }
+    }
+}
+
 const OPEN: u8 = 0;
 const CLOSED_DRAIN: u8 = 1;
 const CLOSED_CANCEL: u8 = 2;
@@ -377,24 +401,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
         };
         Ok(CompletionQueue {
             pool: pool.clone(),
-            inner: Arc::new(Inner {
-                ready: Mutex::new(Ready {
-                    done: VecDeque::new(),
-                    signals: VecDeque::new(),
-                    signaled: false,
-                    closer_waiting: false,
-                }),
-                closed_cv: Condvar::new(),
-                free: Mutex::new(Vec::new()),
-                pending: AtomicUsize::new(0),
-                drains: std::sync::atomic::AtomicU64::new(0),
-                queued: AtomicUsize::new(0),
-                wake,
-                codel: opts.overload_target.map(|t| Codel::new(t, opts.overload_interval)),
-                closed: std::sync::atomic::AtomicU8::new(OPEN),
-                above_high: std::sync::atomic::AtomicBool::new(false),
-                epoch: Instant::now(),
-            }),
+            inner: Arc::new(Inner::new(wake, opts.overload_target.map(|t| Codel::new(t, opts.overload_interval)))),
             batch: Mutex::new(VecDeque::new()),
             cap: opts.cap,
             high_water,

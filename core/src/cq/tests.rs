@@ -617,24 +617,7 @@ fn a_building_queue_trips_the_signal_before_anything_starts() {
 /// A queue's shared state alone, waking through a callback: no pool and no
 /// fd, so the node handling runs under Miri.
 fn bare_inner<T>() -> Arc<Inner<T>> {
-    Arc::new(Inner {
-        ready: Mutex::new(Ready {
-            done: VecDeque::new(),
-            signals: VecDeque::new(),
-            signaled: false,
-            closer_waiting: false,
-        }),
-        closed_cv: Condvar::new(),
-        free: Mutex::new(Vec::new()),
-        pending: AtomicUsize::new(0),
-        drains: std::sync::atomic::AtomicU64::new(0),
-        queued: AtomicUsize::new(0),
-        wake: Wake::callback(Box::new(|| {})),
-        codel: None,
-        closed: std::sync::atomic::AtomicU8::new(OPEN),
-        above_high: std::sync::atomic::AtomicBool::new(false),
-        epoch: Instant::now(),
-    })
+    Arc::new(Inner::new(Wake::callback(Box::new(|| {})), None))
 }
 
 /// A job as `submit` makes it, its counts taken.
