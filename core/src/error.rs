@@ -132,6 +132,9 @@ pub enum TaskError {
     /// The task was cancelled before it started (by `cancel` or by a
     /// `Shutdown::Cancel`).
     Cancelled,
+    /// The task had not started by its deadline
+    /// ([`crate::SpawnOptions::deadline`]) and was never run.
+    Expired,
 }
 
 impl TaskError {
@@ -141,7 +144,7 @@ impl TaskError {
             TaskError::Panicked(p) => {
                 p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(|s| s.as_str()))
             }
-            TaskError::Cancelled => None,
+            TaskError::Cancelled | TaskError::Expired => None,
         }
     }
 }
@@ -153,6 +156,7 @@ impl fmt::Debug for TaskError {
                 write!(f, "Panicked({:?})", self.panic_message().unwrap_or("<non-string payload>"))
             }
             TaskError::Cancelled => f.write_str("Cancelled"),
+            TaskError::Expired => f.write_str("Expired"),
         }
     }
 }
@@ -165,6 +169,7 @@ impl fmt::Display for TaskError {
                 None => f.write_str("task panicked"),
             },
             TaskError::Cancelled => f.write_str("task cancelled before it started"),
+            TaskError::Expired => f.write_str("task expired: not started by its deadline"),
         }
     }
 }

@@ -41,6 +41,7 @@ const FAMILIES: &[Family] = &[
     counter("completed_tasks", "Tasks run to the end, panicked ones included.", |s| s.completed as f64),
     counter("rejected_tasks", "Submissions refused because the queue was full.", |s| s.rejected as f64),
     counter("cancelled_tasks", "Accepted tasks dropped unrun.", |s| s.cancelled as f64),
+    counter("expired_tasks", "Accepted tasks not started by their deadline, dropped unrun.", |s| s.expired as f64),
     counter("panicked_tasks", "Tasks that panicked.", |s| s.panicked as f64),
     counter("local_pops", "Tasks a worker took from its own deque.", |s| s.local_pops as f64),
     counter("global_pops", "Tasks taken from the global queue.", |s| s.global_pops as f64),

@@ -39,6 +39,16 @@ pub struct SpawnOptions<'a> {
     /// Run the task on this serial queue (FIFO, one at a time). It must
     /// belong to the same pool, else `SubmitErrorKind::WrongPool`.
     pub serial: Option<&'a SerialQueue>,
+    /// A task not started by this instant (monotonic clock) never runs: it
+    /// ends as expired ([`TaskState::Expired`](crate::TaskState::Expired),
+    /// [`TaskError::Expired`](crate::TaskError::Expired),
+    /// [`CqStatus::Expired`](crate::CqStatus::Expired), counted in
+    /// `Stats::expired`), its closure dropped unrun with
+    /// [`crate::expiring`] true. It is checked where the task would start,
+    /// so an expired task costs a worker the pop that finds it; a waiter on
+    /// its handle (off the pool, or timed) expires it at the deadline
+    /// itself. A deadline already past is accepted and expires.
+    pub deadline: Option<Instant>,
 }
 
 /// A work-stealing thread pool. Cheap to clone; when the last clone is
@@ -136,10 +146,33 @@ impl Pool {
         if let Err(kind) = self.check_owner(&opts) {
             return Err(SpawnError::new(kind, f));
         }
+        if let Some(deadline) = opts.deadline {
+            return self.spawn_expiring(opts, deadline, f);
+        }
         match (opts.serial, opts.group) {
-            (Some(serial), group) => serial.spawn_in(group, f),
+            (Some(serial), group) => serial.spawn_in(group, None, f),
             (None, Some(group)) => group.spawn_inner(f, opts.global),
             (None, None) => self.registry().submit_job(f, opts.global, HeapJob::into_job_ref),
+        }
+    }
+
+    /// `spawn_with` of a task with a deadline: its job is wrapped to expire
+    /// (`deadline.rs`). Out of line: the plain paths never see it.
+    #[inline(never)]
+    fn spawn_expiring<F: FnOnce() + Send + 'static>(
+        &self,
+        opts: SpawnOptions<'_>,
+        deadline: Instant,
+        f: F,
+    ) -> Result<(), SpawnError<F>> {
+        let registry = self.registry();
+        match (opts.serial, opts.group) {
+            (Some(serial), group) => serial.spawn_in(group, Some(deadline), f),
+            (None, Some(group)) => registry.submit_job(f, opts.global, |f| {
+                crate::deadline::wrap(HeapJob::into_job_ref(group.bind(f)), deadline, registry)
+            }),
+            (None, None) => registry
+                .submit_job(f, opts.global, |f| crate::deadline::wrap(HeapJob::into_job_ref(f), deadline, registry)),
         }
     }
 
@@ -179,7 +212,7 @@ impl Pool {
         if let Err(kind) = self.check_owner(&opts) {
             return Err(BatchError::new(kind, Vec::new(), tasks));
         }
-        if opts.group.is_none() && opts.serial.is_none() {
+        if opts.group.is_none() && opts.serial.is_none() && opts.deadline.is_none() {
             let into_job = |f| (HeapJob::into_job_ref(f), ());
             return self.registry().submit_batch(tasks, opts.global, into_job).map(drop);
         }
@@ -244,12 +277,30 @@ impl Pool {
         if let Err(kind) = self.check_owner(&opts) {
             return Err(SpawnError::new(kind, f));
         }
-        match (opts.serial, opts.group) {
-            (Some(serial), group) => return serial.submit_in(group, f),
-            (None, Some(group)) => return group.submit_inner(f, opts.global),
-            (None, None) => {}
-        }
         let registry = self.registry();
+        match (opts.serial, opts.group, opts.deadline) {
+            (Some(serial), group, deadline) => return serial.submit_in(group, deadline, f),
+            (None, Some(group), None) => return group.submit_inner(f, opts.global),
+            (None, Some(group), Some(deadline)) => {
+                let mut handle = None;
+                registry.submit_job(f, opts.global, |f| {
+                    let (h, job) = TaskHandle::with_deadline(registry, group.bind_handled(f), true, Some(deadline));
+                    handle = Some(h);
+                    job
+                })?;
+                return Ok(handle.expect("submit_job builds the job when it accepts"));
+            }
+            (None, None, Some(deadline)) => {
+                let mut handle = None;
+                registry.submit_job(f, opts.global, |f| {
+                    let (h, job) = TaskHandle::with_deadline(registry, f, true, Some(deadline));
+                    handle = Some(h);
+                    job
+                })?;
+                return Ok(handle.expect("submit_job builds the job when it accepts"));
+            }
+            (None, None, None) => {}
+        }
         let mut handle = None;
         registry.submit_job(f, opts.global, |f| {
             let (h, job) = TaskHandle::new(registry, f);

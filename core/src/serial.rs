@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::error::SpawnError;
 use crate::group::Group;
@@ -134,13 +135,15 @@ impl SerialQueue {
 
     /// Appends `f`; it runs after every task queued before it has finished.
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
-        self.spawn_in(None, f)
+        self.spawn_in(None, None, f)
     }
 
-    /// `spawn`, counting the task toward `group` too.
+    /// `spawn`, counting the task toward `group` too, expiring at `deadline`
+    /// unless its turn came before.
     pub(crate) fn spawn_in<F: FnOnce() + Send + 'static>(
         &self,
         group: Option<&Group>,
+        deadline: Option<Instant>,
         f: F,
     ) -> Result<(), SpawnError<F>> {
         let registry = &self.inner.registry;
@@ -153,6 +156,10 @@ impl SerialQueue {
             Some(group) => HeapJob::into_job_ref(group.bind(f)),
             None => HeapJob::into_job_ref(f),
         };
+        let job = match deadline {
+            Some(deadline) => crate::deadline::wrap(job, deadline, registry),
+            None => job,
+        };
         self.inner.enqueue(job);
         Ok(())
     }
@@ -164,11 +171,17 @@ impl SerialQueue {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.submit_in(None, f)
+        self.submit_in(None, None, f)
     }
 
-    /// `submit`, counting the task toward `group` too.
-    pub(crate) fn submit_in<F, T>(&self, group: Option<&Group>, f: F) -> Result<TaskHandle<T>, SpawnError<F>>
+    /// `submit`, counting the task toward `group` too, expiring at
+    /// `deadline` unless its turn came before.
+    pub(crate) fn submit_in<F, T>(
+        &self,
+        group: Option<&Group>,
+        deadline: Option<Instant>,
+        f: F,
+    ) -> Result<TaskHandle<T>, SpawnError<F>>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -179,8 +192,8 @@ impl SerialQueue {
             Err(kind) => return Err(SpawnError::new(kind, f)),
         };
         let (handle, job) = match group {
-            Some(group) => TaskHandle::new_detached(&self.inner.registry, group.bind_handled(f)),
-            None => TaskHandle::new_detached(&self.inner.registry, f),
+            Some(group) => TaskHandle::with_deadline(&self.inner.registry, group.bind_handled(f), false, deadline),
+            None => TaskHandle::with_deadline(&self.inner.registry, f, false, deadline),
         };
         self.inner.enqueue(job);
         Ok(handle)

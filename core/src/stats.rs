@@ -71,6 +71,9 @@ pub struct Stats {
     /// Tasks that returned inside a blocking region they opened
     /// (`blocking_begin` without `blocking_end`); the pool closed it.
     pub unbalanced_blocking: u64,
+    /// Accepted tasks not started by their deadline, dropped unrun (not
+    /// counted in `cancelled` nor `completed`).
+    pub expired: u64,
 }
 
 /// One worker slot's counters. Only the thread occupying the slot writes.
@@ -202,6 +205,7 @@ pub(crate) struct SharedCounters {
     pub(crate) submitted: StripedCounter,
     pub(crate) rejected: StripedCounter,
     pub(crate) cancelled: StripedCounter,
+    pub(crate) expired: StripedCounter,
     pub(crate) panicked: StripedCounter,
     pub(crate) completed_off_pool: StripedCounter,
     pub(crate) threads_started: AtomicU64,

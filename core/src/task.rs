@@ -18,6 +18,7 @@ const PENDING: u8 = 0;
 const RUNNING: u8 = 1;
 const DONE: u8 = 2;
 const CANCELLED: u8 = 3;
+const EXPIRED: u8 = 4;
 
 /// Where a submitted task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,13 +31,18 @@ pub enum TaskState {
     Done,
     /// Cancelled before it started; its closure was dropped unrun.
     Cancelled,
+    /// Not started by its deadline ([`crate::SpawnOptions::deadline`]): it
+    /// never ran, and its closure was dropped unrun with
+    /// [`crate::expiring`] true.
+    Expired,
 }
 
 /// The shared cell behind a [`TaskHandle`]: one allocation holds the
 /// closure, the result and the latch.
 struct TaskCell<T, F> {
-    /// PENDING -> RUNNING -> DONE, or PENDING -> CANCELLED. Whoever wins the
-    /// CAS out of PENDING owns `func`; the latch publishes `result`.
+    /// PENDING -> RUNNING -> DONE, or PENDING -> CANCELLED / EXPIRED.
+    /// Whoever wins the CAS out of PENDING owns `func`; the latch publishes
+    /// `result`.
     state: AtomicU8,
     func: UnsafeCell<Option<F>>,
     result: UnsafeCell<Option<Result<T, TaskError>>>,
@@ -45,6 +51,8 @@ struct TaskCell<T, F> {
     /// A waiter on a pool thread may run the task itself if it has not
     /// started (false for serial-queue tasks, whose turn is fixed).
     inline_ok: bool,
+    /// Not started by then, the task expires instead of running.
+    deadline: Option<Instant>,
 }
 
 // SAFETY: `func` and `result` are accessed only by the single owner that
@@ -76,6 +84,14 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
     }
 
     fn run_if_pending(&self) -> bool {
+        // The deadline is read where the task would start: an expired task
+        // costs whoever reached it one clock read and the drop.
+        if let Some(deadline) = self.deadline
+            && Instant::now() >= deadline
+        {
+            self.expire_if_pending();
+            return false;
+        }
         if self.state.compare_exchange(PENDING, RUNNING, SeqCst, SeqCst).is_err() {
             return false;
         }
@@ -98,17 +114,38 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
     }
 
     fn cancel_if_pending(&self) -> bool {
-        if self.state.compare_exchange(PENDING, CANCELLED, SeqCst, SeqCst).is_err() {
+        self.drop_if_pending(CANCELLED)
+    }
+
+    /// The deadline passed before the task started: it ends expired.
+    fn expire_if_pending(&self) -> bool {
+        self.drop_if_pending(EXPIRED)
+    }
+
+    /// PENDING -> `to` (CANCELLED or EXPIRED): the closure is dropped unrun,
+    /// counted, and the waiters released, in that order (a waiter reads
+    /// stats that include it, and finds the drop, `on_cancel` included,
+    /// over).
+    fn drop_if_pending(&self, to: u8) -> bool {
+        if self.state.compare_exchange(PENDING, to, SeqCst, SeqCst).is_err() {
             return false;
         }
         // SAFETY: we won the CAS out of PENDING.
         let func = unsafe { (*self.func.get()).take() };
-        if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(func))) {
+        let dropped = match to {
+            EXPIRED => catch_unwind(AssertUnwindSafe(move || crate::deadline::expire_with(move || drop(func)))),
+            _ => catch_unwind(AssertUnwindSafe(move || drop(func))),
+        };
+        if let Err(p) = dropped {
             drop_payload(p);
         }
+        let (error, counter) = match to {
+            EXPIRED => (TaskError::Expired, &self.registry.counters.expired),
+            _ => (TaskError::Cancelled, &self.registry.counters.cancelled),
+        };
         // SAFETY: as in `run_if_pending`.
-        unsafe { *self.result.get() = Some(Err(TaskError::Cancelled)) };
-        self.registry.counters.cancelled.add(1);
+        unsafe { *self.result.get() = Some(Err(error)) };
+        counter.add(1);
         self.latch.set();
         true
     }
@@ -121,6 +158,8 @@ trait TaskControl<T>: Send + Sync {
     fn registry(&self) -> &Registry;
     fn run_inline(&self) -> bool;
     fn cancel(&self) -> bool;
+    fn expire(&self) -> bool;
+    fn deadline(&self) -> Option<Instant>;
     fn take_result(&self) -> Option<Result<T, TaskError>>;
 }
 
@@ -130,6 +169,7 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskControl<T> for Ta
             PENDING => TaskState::Pending,
             RUNNING => TaskState::Running,
             DONE => TaskState::Done,
+            EXPIRED => TaskState::Expired,
             _ => TaskState::Cancelled,
         }
     }
@@ -144,6 +184,12 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskControl<T> for Ta
     }
     fn cancel(&self) -> bool {
         self.cancel_if_pending()
+    }
+    fn expire(&self) -> bool {
+        self.expire_if_pending()
+    }
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
     fn take_result(&self) -> Option<Result<T, TaskError>> {
         if !self.latch.probe() {
@@ -164,24 +210,30 @@ pub struct TaskHandle<T> {
 impl<T: Send + 'static> TaskHandle<T> {
     /// Wraps `f` into a task cell; returns the handle and the job to queue.
     pub(crate) fn new<F: FnOnce() -> T + Send + 'static>(registry: &Arc<Registry>, f: F) -> (TaskHandle<T>, JobRef) {
-        Self::build(registry, f, true)
+        Self::build(registry, f, true, None)
     }
 
-    /// Like `new`, for a task whose waiters must never run it themselves.
-    pub(crate) fn new_detached<F: FnOnce() -> T + Send + 'static>(
+    /// `new` for a task that expires unless it starts before `deadline`,
+    /// and whose waiters may run it themselves only if `inline_ok` (false
+    /// for a serial queue's task, whose turn is fixed).
+    pub(crate) fn with_deadline<F: FnOnce() -> T + Send + 'static>(
         registry: &Arc<Registry>,
         f: F,
+        inline_ok: bool,
+        deadline: Option<Instant>,
     ) -> (TaskHandle<T>, JobRef) {
-        Self::build(registry, f, false)
+        Self::build(registry, f, inline_ok, deadline)
     }
 
     fn build<F: FnOnce() -> T + Send + 'static>(
         registry: &Arc<Registry>,
         f: F,
         inline_ok: bool,
+        deadline: Option<Instant>,
     ) -> (TaskHandle<T>, JobRef) {
         let cell = Arc::new(TaskCell {
             inline_ok,
+            deadline,
             state: AtomicU8::new(PENDING),
             func: UnsafeCell::new(Some(f)),
             result: UnsafeCell::new(None),
@@ -202,10 +254,49 @@ impl<T: Send + 'static> TaskHandle<T> {
     }
 
     /// Waits at most `timeout` (`None`: forever). Returns true once the task
-    /// is finished (done or cancelled). A timeout leaves the task untouched.
-    /// A timed wait runs nothing on the waiting thread (it could not bound
-    /// how long that takes); an untimed one helps as [`TaskHandle::wait`].
+    /// is finished (done, cancelled or expired). A timeout leaves the task
+    /// untouched. A timed wait runs nothing on the waiting thread (it could
+    /// not bound how long that takes); an untimed one helps as
+    /// [`TaskHandle::wait`]. A task with a deadline that has not started by
+    /// then is expired by its waiter, which does not wait for a worker to
+    /// reach it.
     pub fn wait_for(&self, timeout: Option<Duration>) -> bool {
+        let latch = self.cell.latch();
+        if latch.probe() {
+            return true;
+        }
+        if let Some(deadline) = self.cell.deadline() {
+            return self.wait_with_deadline(timeout, deadline);
+        }
+        self.wait_unexpiring(timeout)
+    }
+
+    /// `wait_for` of a task with a deadline: waits (without helping) until
+    /// the deadline, expires the task if it is still pending, and then
+    /// waits as any other wait for a task that did start.
+    #[cold]
+    fn wait_with_deadline(&self, timeout: Option<Duration>, deadline: Instant) -> bool {
+        if timeout.is_none() && self.cell.registry().current_worker().is_some() {
+            // An untimed wait on a pool thread helps: it runs the task
+            // itself if it may (and the run expires it if it is late).
+            return self.wait_unexpiring(None);
+        }
+        let until = timeout.map(|t| Instant::now() + t);
+        if until.is_none_or(|u| deadline < u) {
+            let latch = self.cell.latch();
+            if wait_on(self.cell.registry(), latch, Some(deadline)) {
+                return true;
+            }
+            if self.cell.expire() || latch.probe() {
+                return true;
+            }
+        }
+        // Started (or the caller's own limit comes first): wait as usual.
+        let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+        self.wait_unexpiring(left)
+    }
+
+    fn wait_unexpiring(&self, timeout: Option<Duration>) -> bool {
         let latch = self.cell.latch();
         if latch.probe() {
             return true;
@@ -247,7 +338,7 @@ impl<T: Send + 'static> TaskHandle<T> {
         self.cell.state()
     }
 
-    /// True once the task is done or cancelled.
+    /// True once the task is done, cancelled or expired.
     pub fn is_finished(&self) -> bool {
         self.cell.latch().probe()
     }

@@ -340,7 +340,8 @@ impl<T: Send + 'static> Drop for Job<T> {
         // Still holding its node: the pool dropped the job unrun.
         if let Some(mut node) = self.node.take() {
             self.inner.queued.fetch_sub(1, AcqRel);
-            node.status = CqStatus::Cancelled;
+            // Dropped by its deadline's expiry (`deadline.rs`), or cancelled.
+            node.status = if crate::deadline::expiring() { CqStatus::Expired } else { CqStatus::Cancelled };
             self.inner.complete(node);
         }
     }
@@ -428,6 +429,23 @@ impl<T: Send + 'static> CompletionQueue<T> {
     where
         F: FnOnce(&mut T) + Send + 'static,
     {
+        self.submit_with(crate::pool::SpawnOptions::default(), item, work)
+    }
+
+    /// `submit` with the pool's submission options: a deadline (a
+    /// submission not started by then completes as [`CqStatus::Expired`]
+    /// without running), a group the work counts toward, a serial queue it
+    /// runs on; `global` adds to the queue's own. A group or serial queue of
+    /// another pool is refused as [`CqRefusal::Rejected`].
+    pub fn submit_with<F>(
+        &self,
+        opts: crate::pool::SpawnOptions<'_>,
+        item: T,
+        work: F,
+    ) -> Result<(), CqSubmitError<T>>
+    where
+        F: FnOnce(&mut T) + Send + 'static,
+    {
         let inner = &self.inner;
         if inner.closed.load(Relaxed) != OPEN {
             return Err(CqSubmitError { kind: CqRefusal::Closed, item });
@@ -446,7 +464,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
         let was_queued = inner.queued.fetch_add(1, AcqRel);
         inner.on_submit(now, was_queued);
         let job = Job { inner: inner.clone(), node: Some(node) };
-        let opts = crate::pool::SpawnOptions { global: self.global, ..Default::default() };
+        let opts = crate::pool::SpawnOptions { global: self.global || opts.global, ..opts };
         match self.pool.spawn_with(opts, move || job.run(work)) {
             Ok(()) => {
                 if self.high_water != 0 && before + 1 >= self.high_water && !inner.above_high.swap(true, SeqCst) {
@@ -461,7 +479,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
                 let kind = match e.kind() {
                     SubmitErrorKind::Rejected => CqRefusal::Rejected,
                     SubmitErrorKind::Shutdown => CqRefusal::Shutdown,
-                    // A queue's submissions name no group or serial queue.
+                    // A group or serial queue of another pool.
                     SubmitErrorKind::WrongPool => CqRefusal::Rejected,
                 };
                 // Calling the refused job in take-back mode hands its node

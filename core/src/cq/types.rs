@@ -16,6 +16,9 @@ pub enum CqStatus {
     Cancelled,
     /// The work panicked (the panic is contained; the payload comes back).
     Panicked,
+    /// The work never ran: it had not started by its deadline
+    /// ([`CompletionQueue::submit_with`](super::CompletionQueue::submit_with)).
+    Expired,
 }
 
 /// A change of back-pressure state, delivered by `drain` in order with the

@@ -210,6 +210,7 @@ impl Registry {
         st.peak_threads = self.counters.peak_threads.load(Relaxed) as u32;
         st.rejected = self.counters.rejected.sum();
         st.cancelled = self.counters.cancelled.sum();
+        st.expired = self.counters.expired.sum();
         st.panicked = self.counters.panicked.sum();
         st.threads_started = self.counters.threads_started.load(Relaxed);
         st.threads_retired = self.counters.threads_retired.load(Relaxed);

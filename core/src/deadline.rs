@@ -1,0 +1,110 @@
+//! Deadlines: a task not started by its deadline is never run; it ends as
+//! *expired*.
+//!
+//! The deadline is checked where a task starts, never by a timer: an
+//! expired task costs a worker the pop that finds it and one clock read,
+//! nothing more, and a pool whose submissions carry no deadline pays
+//! nothing at all (only submissions with a deadline take this path).
+//!
+//! Expiry reuses the "dropped unrun" path that cancellation takes (the
+//! closure is dropped, which is what calls a C task's `on_cancel` and
+//! completes a completion-queue submission), with a thread-local flag set
+//! around the drop so that code can tell the two apart ([`expiring`]). It
+//! is counted in `Stats::expired`, not in `cancelled`, and before the drop:
+//! whoever the drop wakes (a group's waiter, a completion queue's loop)
+//! reads stats that include it.
+//!
+//! A task with a handle keeps its deadline in its cell instead
+//! (`task.rs`): its waiters can then expire it themselves once the
+//! deadline passes, rather than wait for a worker to reach it.
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::job::{JobRef, JobVTable, Payload};
+use crate::registry::{Registry, drop_payload};
+
+thread_local! {
+    static EXPIRING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while the pool drops a task unrun *because its deadline passed*:
+/// code that runs on that drop (a captured value's destructor, a C task's
+/// `on_cancel`, a completion queue's bookkeeping) asks this to tell expiry
+/// from cancellation. False everywhere else, on every thread.
+pub fn expiring() -> bool {
+    EXPIRING.with(Cell::get)
+}
+
+/// Runs `f` (the drop of an expired task) with [`expiring`] true, restored
+/// afterwards even if `f` unwinds. Whatever that drop calls sees the flag
+/// too (a destructor that cancels another C task would have that task's
+/// `on_cancel` told "expired"): the flag describes the drop in progress on
+/// this thread, which is documented.
+pub(crate) fn expire_with<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            EXPIRING.with(|e| e.set(self.0));
+        }
+    }
+    let _restore = Restore(EXPIRING.with(|e| e.replace(true)));
+    f()
+}
+
+/// A job that is run only if it starts before `deadline`.
+struct Expiring {
+    job: JobRef,
+    deadline: Instant,
+    /// Counts the expiry; held by the job, like a task handle holds it.
+    registry: Arc<Registry>,
+}
+
+impl Expiring {
+    // The wrapper answers `evictable` like the job it wraps (user tasks
+    // are; plumbing never gets a deadline).
+    const EVICTABLE: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel, evictable: true };
+    const PINNED: JobVTable = JobVTable { run: Self::run, cancel: Self::cancel, evictable: false };
+
+    unsafe fn run(payload: *mut Payload) -> bool {
+        // SAFETY: a leaked Box<Expiring> built by `wrap`, consumed once.
+        let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Expiring>().as_ptr()) };
+        let Expiring { job, deadline, registry } = *this;
+        if Instant::now() < deadline {
+            return job.run();
+        }
+        // Counted before the drop: the drop is what releases a group's
+        // waiter or hands a completion queue its status.
+        registry.counters.expired.add(1);
+        // Only a `HeapJob` is wrapped (see `wrap`): its cancel drops the
+        // closure and answers true; a panic in that drop is contained here,
+        // as `Registry::cancel_job` contains one on the cancel path.
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| expire_with(|| job.cancel()))) {
+            drop_payload(p);
+        }
+        // Nothing ran: not a completion.
+        false
+    }
+
+    unsafe fn cancel(payload: *mut Payload) -> bool {
+        // SAFETY: as in run; a cancellation before the pop is a
+        // cancellation whatever the deadline, and the inner job's answer
+        // stands.
+        let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<Expiring>().as_ptr()) };
+        this.job.cancel()
+    }
+}
+
+/// `job` (a new `HeapJob`, whose cancel path counts nothing itself) made to
+/// expire at `deadline`. One allocation, paid only by submissions that
+/// carry a deadline.
+pub(crate) fn wrap(job: JobRef, deadline: Instant, registry: &Arc<Registry>) -> JobRef {
+    let vtable = if job.evictable() { &Expiring::EVICTABLE } else { &Expiring::PINNED };
+    let boxed = Box::new(Expiring { job, deadline, registry: registry.clone() });
+    let data = std::ptr::NonNull::from(Box::leak(boxed)).cast::<()>();
+    // SAFETY: a leaked Box<Expiring> read back by its own vtable exactly
+    // once; Expiring is Send (a JobRef and an Arc).
+    unsafe { JobRef::from_pointer(data, vtable) }
+}
