@@ -24,6 +24,17 @@ pub enum Growth {
     QueueFirst,
     /// Exactly `min_threads`, never more (`max_threads` is ignored).
     Fixed,
+    /// Keep `min_threads` runnable and add a thread only to replace one
+    /// blocked in a declared blocking region (or, when no thread at all is
+    /// left to run queued work, one parked in a wait), up to `max_threads`;
+    /// never for throughput (no starvation monitor). A lent thread retires
+    /// as soon as it is between two tasks and the threads outside blocking
+    /// regions are more than `min_threads` (no `keep_alive` wait). So at
+    /// most `min_threads` threads run tasks outside blocking regions, except
+    /// while a thread whose region just ended finishes the task it was in.
+    /// The Python package's default: `max_workers` stays a bound on calls
+    /// running, and nested waits cannot deadlock.
+    Compensate,
 }
 
 /// What a submission does when the bounded queue is full and the pool

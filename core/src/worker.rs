@@ -242,7 +242,7 @@ impl WorkerThread {
                     self.stop_searching();
                 }
                 self.execute(job);
-                if registry.retire_requested() {
+                if registry.retire_requested() || registry.retire_if_surplus() {
                     return;
                 }
                 continue;
@@ -258,6 +258,12 @@ impl WorkerThread {
                 // its way: it must be run, so wait for it.
                 DRAINING if !registry.has_visible_work() => std::thread::yield_now(),
                 _ => {}
+            }
+            if registry.retire_if_surplus() {
+                if searching {
+                    self.stop_searching();
+                }
+                return;
             }
             if !searching && registry.sleep.try_start_searching(registry.live_threads()) {
                 searching = true;

@@ -189,6 +189,54 @@ fn fixed_never_grows() {
     assert_eq!(pool.stats().peak_threads, 2);
 }
 
+/// `Compensate` lends a thread to a declared blocking region, and the lent
+/// thread retires as soon as the region ended and it is between tasks, not
+/// after `keep_alive` (an hour here): the watchdog fails the test if it stays.
+#[test]
+fn compensate_lends_for_a_region_and_the_lent_thread_retires_when_it_ends() {
+    let _serial = serial();
+    common::watchdog(LONG, "compensate lend and retire", || {
+        let pool = Pool::builder()
+            .min_threads(1)
+            .growth(Growth::Compensate)
+            .keep_alive(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let gate = Arc::new(Gate::default());
+        let _open = common::OpenOnDrop(gate.clone());
+        let g = gate.clone();
+        let blocked = pool.submit(move || wspool::blocking(|| g.wait())).unwrap();
+        // Runs only on a lent thread: the pool's one thread is in the region.
+        let other = pool.submit(|| 7).unwrap();
+        assert_eq!(other.wait().unwrap(), 7);
+        assert!(pool.stats().peak_threads >= 2, "a thread was lent: {:?}", pool.stats());
+        gate.open();
+        blocked.wait().unwrap();
+        let mut last = pool.stats();
+        while last.threads != 1 {
+            std::thread::sleep(Duration::from_millis(1));
+            last = pool.stats();
+        }
+        assert_eq!(last.starvation_injections, 0, "{last:?}");
+        assert!(last.threads_retired >= 1, "{last:?}");
+    });
+}
+
+/// `Compensate` never adds threads for throughput: tasks that block without
+/// declaring it keep the pool at `min_threads` (no starvation monitor).
+#[test]
+fn compensate_never_grows_for_undeclared_blocking() {
+    let _serial = serial();
+    let pool = Pool::builder().min_threads(2).growth(Growth::Compensate).build().unwrap();
+    let g = pool.group();
+    for _ in 0..40 {
+        g.spawn(|| std::thread::sleep(Duration::from_millis(5))).unwrap();
+    }
+    g.wait().unwrap();
+    let s = pool.stats();
+    assert_eq!((s.peak_threads, s.starvation_injections), (2, 0), "{s:?}");
+}
+
 fn gated_pool(reject: Reject) -> (Pool, common::OpenOnDrop) {
     let pool = Pool::builder().min_threads(2).growth(Growth::Fixed).queue_capacity(4).reject(reject).build().unwrap();
     let gate = Arc::new(Gate::default());

@@ -166,6 +166,46 @@ impl Registry {
         self.monitor.retire_pending() && self.monitor.claim_retirement() && self.try_retire()
     }
 
+    /// `Growth::Compensate`: called by a worker between two tasks (or about
+    /// to park); true when it is a lent thread no blocking region needs any
+    /// more and is retired (`threads` already decremented), so it must exit.
+    /// One load of each counter when there is nothing to retire.
+    #[inline]
+    pub(crate) fn retire_if_surplus(&self) -> bool {
+        self.config.growth == Growth::Compensate && self.retire_surplus()
+    }
+
+    #[cold]
+    fn retire_surplus(&self) -> bool {
+        let min = self.config.min_threads;
+        // Surplus: after this thread leaves, `min_threads` stay outside
+        // blocking regions, and one at least is not parked in a wait.
+        let surplus = |n: usize, blocked: usize, waiting: usize| n > min + blocked && n - 1 > blocked + waiting;
+        let (blocked, waiting) = (self.compensation.blocked(), self.compensation.waiting());
+        if self.threads.fetch_update(SeqCst, SeqCst, |n| surplus(n, blocked, waiting).then(|| n - 1)).is_err() {
+            return false;
+        }
+        // A thread may have entered a region between the load of `blocked`
+        // and the decrement, and read the old `threads` in
+        // `compensate_blocked`: it lent nobody, counting on this thread.
+        // Both sides write their own counter (SeqCst RMW) and then read the
+        // other's (SeqCst), so in the single order of SeqCst operations one
+        // of them sees the other: either it saw the decrement and lends, or
+        // this re-check sees its `blocked` and this thread stays. (Both may
+        // see each other: one extra thread, retired at its next look.)
+        let n = self.threads.load(SeqCst);
+        let (blocked, waiting) = (self.compensation.blocked(), self.compensation.waiting());
+        if !surplus(n + 1, blocked, waiting) {
+            let max = self.config.max_threads;
+            // Undone under `max_threads`: a thread started meanwhile in the
+            // freed count serves the region instead.
+            if self.threads.fetch_update(SeqCst, SeqCst, |n| (n < max).then_some(n + 1)).is_ok() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The calling pool thread starts blocking (see the module invariants).
     /// Its worker is marked `DECLARED` meanwhile, so the monitor does not
     /// count it a second time as blocked inside a task.
@@ -235,6 +275,15 @@ pub(crate) struct BlockedGuard {
 impl Drop for BlockedGuard {
     fn drop(&mut self) {
         self.registry.compensation.leave();
+        let registry = &self.registry;
+        if registry.config.growth == Growth::Compensate
+            && registry.threads.load(SeqCst) > registry.config.min_threads + registry.compensation.blocked()
+        {
+            // A thread lent for this region may be parked idle: woken, it
+            // finds itself surplus and retires now rather than after
+            // `keep_alive` (a busy one retires after its task).
+            registry.sleep.notify_one();
+        }
         if let Some((index, outer)) = self.mark {
             self.registry.slots[index].counters.in_task.store(outer, Relaxed);
         }

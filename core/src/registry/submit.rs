@@ -133,7 +133,7 @@ impl Registry {
         let want = match self.config.growth {
             Growth::ScaleFirst => excess > 0,
             Growth::QueueFirst => excess > self.config.queue_capacity,
-            Growth::Adaptive | Growth::Fixed => false,
+            Growth::Adaptive | Growth::Fixed | Growth::Compensate => false,
         };
         want && self.spawn_worker(false)
     }
