@@ -109,6 +109,13 @@
 #define WSPOOL_EINTERNAL -10
 
 /**
+ * The task had not started by its deadline (`wspool_submit_opts.deadline_ns`): it never ran,
+ * and its `on_cancel` has returned (from `wspool_task_wait`), or it can no longer be cancelled
+ * (from `wspool_task_cancel`).
+ */
+#define WSPOOL_EEXPIRED -11
+
+/**
  * Growth: keep `min_threads`, add threads for blocking regions and detected starvation (default).
  */
 #define WSPOOL_GROWTH_ADAPTIVE 0
@@ -207,6 +214,12 @@
 #define WSPOOL_TASK_CANCELLED 3
 
 /**
+ * Task state: not started by its deadline (`wspool_submit_opts.deadline_ns`), dropped unrun.
+ * Like CANCELLED, it turns EXPIRED as the drop begins (`on_cancel` may still be running).
+ */
+#define WSPOOL_TASK_EXPIRED 4
+
+/**
  * Size, in 8-byte words, of `wspool_group_storage`.
  */
 #define WSPOOL_GROUP_STORAGE_WORDS 24
@@ -230,6 +243,12 @@
  * Completion status: the work panicked (Rust or Python work only: a C function cannot).
  */
 #define WSPOOL_CQ_PANICKED 2
+
+/**
+ * Completion status: the work never ran: it had not started by its deadline
+ * (`wspool_submit_opts.deadline_ns`, given to `wspool_cq_submit_ex`).
+ */
+#define WSPOOL_CQ_EXPIRED 3
 
 /**
  * Signal: pending submissions reached `high_water`; stop taking new requests.
@@ -416,6 +435,17 @@ typedef struct wspool_submit_opts {
    * tasks always take their turn through the global queue.
    */
   struct wspool_serial *serial;
+  /**
+   * Added with deadlines (issue 29). 0: none. Otherwise an absolute time on the monotonic clock
+   * (`CLOCK_MONOTONIC` on Linux), in ns, as `wspool_now_ns()` returns it: a task not started by
+   * then never runs. It ends *expired*: its `on_cancel` is called exactly once (inside it,
+   * `wspool_cancel_reason()` returns `WSPOOL_TASK_EXPIRED`), its handle's state is
+   * `WSPOOL_TASK_EXPIRED` and `wspool_task_wait` returns `WSPOOL_EEXPIRED`, a completion queue's
+   * `done` gets `WSPOOL_CQ_EXPIRED`, and `wspool_stats.expired` counts it. The deadline is read
+   * where the task would start (a worker pays the pop that finds it), and by a waiter on its
+   * handle, which expires it at the deadline. A deadline already past is accepted and expires.
+   */
+  uint64_t deadline_ns;
 } wspool_submit_opts;
 
 /**
@@ -546,6 +576,11 @@ typedef struct wspool_stats {
    * Added in 0.1 after the first layout: times the OS refused to start a thread.
    */
   uint64_t spawn_failures;
+  /**
+   * Added with deadlines (issue 29): accepted tasks not started by their deadline, dropped
+   * unrun (counted neither in `cancelled` nor in `completed`).
+   */
+  uint64_t expired;
 } wspool_stats;
 
 /**
@@ -745,8 +780,10 @@ int wspool_join(struct wspool *pool, wspool_fn a, void *arg_a, wspool_fn b, void
 
 /**
  * Waits up to `timeout_ms` (-1 = forever, 0 = poll) for the task: `WSPOOL_OK` once it ran,
- * `WSPOOL_ECANCELLED` once it was cancelled and its `on_cancel` returned, `WSPOOL_ETIMEDOUT` if
- * still pending or running. On a pool thread an untimed wait (-1) helps: it runs the task itself if
+ * `WSPOOL_ECANCELLED` once it was cancelled and its `on_cancel` returned, `WSPOOL_EEXPIRED` once
+ * it expired (not started by its deadline) and its `on_cancel` returned, `WSPOOL_ETIMEDOUT` if
+ * still pending or running. Off the pool, or timed, a wait for a task with a deadline expires it
+ * at the deadline if no worker has started it by then. On a pool thread an untimed wait (-1) helps: it runs the task itself if
  * it has not started, else other work of the same isolation region (see docs/helping.md); a timed
  * wait, or any wait inside a blocking region, runs nothing.
  */
@@ -758,7 +795,7 @@ int wspool_task_wait(struct wspool_task *t, int64_t timeout_ms);
  * that caller's thread) has returned: that caller may then free `arg`. Every other caller gets
  * `WSPOOL_ECANCELLED` — also when the task was cancelled by a shutdown (CANCEL) or DISCARD_OLDEST —
  * and must not assume `on_cancel` has returned yet (`wspool_task_wait` does). `WSPOOL_EBUSY`: the
- * task is running or done.
+ * task is running or done. `WSPOOL_EEXPIRED`: it expired (its deadline passed before it started).
  */
 int wspool_task_cancel(struct wspool_task *t);
 
@@ -771,6 +808,22 @@ int wspool_task_state(const struct wspool_task *t);
  * Frees the handle. The task itself is not affected (it still runs). NULL is a no-op.
  */
 void wspool_task_release(struct wspool_task *t);
+
+/**
+ * The monotonic clock deadlines are measured on, in ns (`CLOCK_MONOTONIC` on Linux, so
+ * `clock_gettime(CLOCK_MONOTONIC)` values may be used too): `wspool_now_ns() + 20000000` is 20 ms
+ * from now.
+ */
+uint64_t wspool_now_ns(void);
+
+/**
+ * Inside an `on_cancel` call: `WSPOOL_TASK_EXPIRED` when the task is dropped because its deadline
+ * passed before it started, `WSPOOL_TASK_CANCELLED` for every other drop (`wspool_task_cancel`,
+ * shutdown CANCEL, DISCARD_OLDEST, a destroyed serial queue's turn cancelled). Elsewhere
+ * `WSPOOL_TASK_CANCELLED`. A per-thread answer about the drop in progress: code that the expired
+ * task's `on_cancel` calls is told `WSPOOL_TASK_EXPIRED` too.
+ */
+int wspool_cancel_reason(void);
 
 /**
  * Creates a task group on `pool` and stores it in `*out` (NULL on failure).
@@ -917,6 +970,16 @@ int wspool_cq_create(struct wspool *pool, const struct wspool_cq_opts *opts, str
  * Allocation-free once the queue has warmed up.
  */
 int wspool_cq_submit(struct wspool_cq *cq, wspool_fn work, wspool_cq_done_fn done, void *arg);
+
+/**
+ * `wspool_cq_submit` with submission options (`opts` NULL = defaults): `deadline_ns` (a submission
+ * not started by then never runs and its `done` gets `WSPOOL_CQ_EXPIRED`), `group` (the work
+ * counts toward it), `serial` (the work runs on that serial queue), `WSPOOL_SUBMIT_GLOBAL`.
+ * `on_cancel` must be NULL (`WSPOOL_EINVAL`): `done` reports every ending. Same errors and
+ * ownership rules as `wspool_cq_submit`; a group or serial queue of another pool is
+ * `WSPOOL_EINVAL`.
+ */
+int wspool_cq_submit_ex(struct wspool_cq *cq, wspool_fn work, wspool_cq_done_fn done, void *arg, const struct wspool_submit_opts *opts);
 
 /**
  * The file descriptor to poll for readability (epoll/libevent/libuv), or -1 (and

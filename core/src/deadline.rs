@@ -108,3 +108,23 @@ pub(crate) fn wrap(job: JobRef, deadline: Instant, registry: &Arc<Registry>) -> 
     // once; Expiring is Send (a JobRef and an Arc).
     unsafe { JobRef::from_pointer(data, vtable) }
 }
+
+/// The monotonic clock in ns: `CLOCK_MONOTONIC` on Linux, the clock
+/// [`Instant`] reads there, so a deadline a C caller computed from its own
+/// `clock_gettime` means the same instant (the C API's `wspool_now_ns`).
+/// Elsewhere, ns since the first call (never 0).
+#[doc(hidden)]
+pub fn monotonic_now_ns() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC cannot fail on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+    }
+}

@@ -21,6 +21,9 @@ pub const WSPOOL_CQ_RAN: c_int = 0;
 pub const WSPOOL_CQ_CANCELLED: c_int = 1;
 /// Completion status: the work panicked (Rust or Python work only: a C function cannot).
 pub const WSPOOL_CQ_PANICKED: c_int = 2;
+/// Completion status: the work never ran: it had not started by its deadline
+/// (`wspool_submit_opts.deadline_ns`, given to `wspool_cq_submit_ex`).
+pub const WSPOOL_CQ_EXPIRED: c_int = 3;
 
 /// Signal: pending submissions reached `high_water`; stop taking new requests.
 pub const WSPOOL_CQ_SIGNAL_HIGH_WATER: c_int = 1;
@@ -235,27 +238,63 @@ pub unsafe extern "C" fn wspool_cq_submit(
     done: wspool_cq_done_fn,
     arg: *mut c_void,
 ) -> c_int {
-    guard("wspool_cq_submit", || {
-        let c = cq_of(cq)?;
-        let work = func(work, "work")?;
-        let Some(done) = done else { return einval("done is NULL") };
-        tsan::release_submit();
-        let item = CItem { work, done, arg: SendPtr(arg) };
-        match c.cq.submit(item, |it| {
-            tsan::acquire_submit();
-            // SAFETY: the caller's work function with its arg (the submit contract).
-            unsafe { (it.work)(it.arg.0) };
-            tsan::release_done();
-        }) {
-            Ok(()) => Ok(WSPOOL_OK),
-            Err(e) => match e.kind {
-                CqRefusal::Full => fail(WSPOOL_EREJECTED, "the completion queue holds `cap` pending submissions"),
-                CqRefusal::Rejected => fail(WSPOOL_EREJECTED, "task rejected: the pool's queue is full"),
-                CqRefusal::Closed => fail(WSPOOL_ESHUTDOWN, "the completion queue is closed"),
-                CqRefusal::Shutdown => fail(WSPOOL_ESHUTDOWN, "task refused: the pool is shut down"),
-            },
+    guard("wspool_cq_submit", || cq_submit(cq, work, done, arg, None))
+}
+
+/// `wspool_cq_submit` with submission options (`opts` NULL = defaults): `deadline_ns` (a submission
+/// not started by then never runs and its `done` gets `WSPOOL_CQ_EXPIRED`), `group` (the work
+/// counts toward it), `serial` (the work runs on that serial queue), `WSPOOL_SUBMIT_GLOBAL`.
+/// `on_cancel` must be NULL (`WSPOOL_EINVAL`): `done` reports every ending. Same errors and
+/// ownership rules as `wspool_cq_submit`; a group or serial queue of another pool is
+/// `WSPOOL_EINVAL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_cq_submit_ex(
+    cq: *mut wspool_cq,
+    work: crate::wspool_fn,
+    done: wspool_cq_done_fn,
+    arg: *mut c_void,
+    opts: *const crate::wspool_submit_opts,
+) -> c_int {
+    guard("wspool_cq_submit_ex", || cq_submit(cq, work, done, arg, Some(opts)))
+}
+
+fn cq_submit(
+    cq: *mut wspool_cq,
+    work: crate::wspool_fn,
+    done: wspool_cq_done_fn,
+    arg: *mut c_void,
+    opts: Option<*const crate::wspool_submit_opts>,
+) -> Res<c_int> {
+    let c = cq_of(cq)?;
+    let work = func(work, "work")?;
+    let Some(done) = done else { return einval("done is NULL") };
+    let so = match opts {
+        None => wspool_core::SpawnOptions::default(),
+        Some(opts) => {
+            let o = crate::submit::read_opts(opts)?;
+            if o.on_cancel.is_some() {
+                return einval("opts.on_cancel must be NULL for a completion queue: `done` reports every ending");
+            }
+            crate::submit::spawn_options(&o)?
         }
-    })
+    };
+    tsan::release_submit();
+    let item = CItem { work, done, arg: SendPtr(arg) };
+    match c.cq.submit_with(so, item, |it| {
+        tsan::acquire_submit();
+        // SAFETY: the caller's work function with its arg (the submit contract).
+        unsafe { (it.work)(it.arg.0) };
+        tsan::release_done();
+    }) {
+        Ok(()) => Ok(WSPOOL_OK),
+        Err(e) => match e.kind {
+            CqRefusal::Full => fail(WSPOOL_EREJECTED, "the completion queue holds `cap` pending submissions"),
+            CqRefusal::Rejected => fail(WSPOOL_EREJECTED, "task rejected: the pool's queue is full"),
+            CqRefusal::Closed => fail(WSPOOL_ESHUTDOWN, "the completion queue is closed"),
+            CqRefusal::Shutdown => fail(WSPOOL_ESHUTDOWN, "task refused: the pool is shut down"),
+            CqRefusal::WrongPool => einval("opts names a group or serial queue of another pool"),
+        },
+    }
 }
 
 /// The file descriptor to poll for readability (epoll/libevent/libuv), or -1 (and
@@ -280,6 +319,7 @@ fn status_code(s: CqStatus) -> c_int {
         CqStatus::Ran => WSPOOL_CQ_RAN,
         CqStatus::Cancelled => WSPOOL_CQ_CANCELLED,
         CqStatus::Panicked => WSPOOL_CQ_PANICKED,
+        CqStatus::Expired => WSPOOL_CQ_EXPIRED,
     }
 }
 

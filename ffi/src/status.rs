@@ -57,6 +57,10 @@ pub const WSPOOL_ESPAWN: c_int = -8;
 pub const WSPOOL_EFORKED: c_int = -9;
 /// An internal error (a bug in wspool was caught before it could cross the C boundary).
 pub const WSPOOL_EINTERNAL: c_int = -10;
+/// The task had not started by its deadline (`wspool_submit_opts.deadline_ns`): it never ran,
+/// and its `on_cancel` has returned (from `wspool_task_wait`), or it can no longer be cancelled
+/// (from `wspool_task_cancel`).
+pub const WSPOOL_EEXPIRED: c_int = -11;
 
 // ------------------------------------------------- version and errors -----
 
@@ -81,6 +85,7 @@ pub extern "C" fn wspool_strerror(status: c_int) -> *const c_char {
         WSPOOL_ESPAWN => c"the operating system refused to start a thread",
         WSPOOL_EFORKED => c"the object belongs to the parent of fork()",
         WSPOOL_EINTERNAL => c"internal error in wspool",
+        WSPOOL_EEXPIRED => c"the task expired: not started by its deadline",
         _ => c"unknown status",
     };
     s.as_ptr()

@@ -42,6 +42,15 @@ pub struct wspool_submit_opts {
     /// It may be combined with `group`. `WSPOOL_SUBMIT_GLOBAL` changes nothing for it: serial
     /// tasks always take their turn through the global queue.
     pub serial: *mut wspool_serial,
+    /// Added with deadlines (issue 29). 0: none. Otherwise an absolute time on the monotonic clock
+    /// (`CLOCK_MONOTONIC` on Linux), in ns, as `wspool_now_ns()` returns it: a task not started by
+    /// then never runs. It ends *expired*: its `on_cancel` is called exactly once (inside it,
+    /// `wspool_cancel_reason()` returns `WSPOOL_TASK_EXPIRED`), its handle's state is
+    /// `WSPOOL_TASK_EXPIRED` and `wspool_task_wait` returns `WSPOOL_EEXPIRED`, a completion queue's
+    /// `done` gets `WSPOOL_CQ_EXPIRED`, and `wspool_stats.expired` counts it. The deadline is read
+    /// where the task would start (a worker pays the pop that finds it), and by a waiter on its
+    /// handle, which expires it at the deadline. A deadline already past is accepted and expires.
+    pub deadline_ns: u64,
 }
 
 /// Size of the first published `wspool_submit_opts` layout (up to `on_cancel`): the smallest
@@ -51,8 +60,9 @@ const _: () =
     assert!(offset_of!(wspool_submit_opts, on_cancel) + size_of::<wspool_fn>() == WSPOOL_SUBMIT_OPTS_MIN_SIZE);
 
 /// The end of each published `wspool_submit_opts` layout, oldest first.
-const OPTS_LAYOUTS: [usize; 2] = [WSPOOL_SUBMIT_OPTS_MIN_SIZE, size_of::<wspool_submit_opts>()];
+const OPTS_LAYOUTS: [usize; 3] = [WSPOOL_SUBMIT_OPTS_MIN_SIZE, 40, size_of::<wspool_submit_opts>()];
 const _: () = assert!(offset_of!(wspool_submit_opts, serial) + size_of::<usize>() == OPTS_LAYOUTS[1]);
+const _: () = assert!(offset_of!(wspool_submit_opts, deadline_ns) + size_of::<u64>() == OPTS_LAYOUTS[2]);
 
 /// Submits `fn(arg)`. On `WSPOOL_OK` the pool owns `arg` until `fn(arg)` returns; on any error the
 /// caller keeps it and `fn` is never called. From a pool thread the task goes to that thread's
@@ -74,11 +84,12 @@ fn default_opts() -> wspool_submit_opts {
         group: ptr::null_mut(),
         on_cancel: None,
         serial: ptr::null_mut(),
+        deadline_ns: 0,
     }
 }
 
 /// The caller's options (NULL = defaults), read up to its `struct_size`, flags checked.
-fn read_opts(opts: *const wspool_submit_opts) -> Res<wspool_submit_opts> {
+pub(crate) fn read_opts(opts: *const wspool_submit_opts) -> Res<wspool_submit_opts> {
     let mut o = default_opts();
     if !opts.is_null() {
         // SAFETY: a non-null opts points to a struct starting with struct_size.
@@ -94,7 +105,7 @@ fn read_opts(opts: *const wspool_submit_opts) -> Res<wspool_submit_opts> {
 
 /// The core's options for `o`. The core refuses a group or serial queue of another pool
 /// (WrongPool -> `WSPOOL_EINVAL`).
-fn spawn_options<'a>(o: &wspool_submit_opts) -> Res<SpawnOptions<'a>> {
+pub(crate) fn spawn_options<'a>(o: &wspool_submit_opts) -> Res<SpawnOptions<'a>> {
     let group = match o.group.is_null() {
         true => None,
         false => Some(&group_of(o.group)?.group),
@@ -103,7 +114,8 @@ fn spawn_options<'a>(o: &wspool_submit_opts) -> Res<SpawnOptions<'a>> {
         true => None,
         false => Some(&serial_of(o.serial)?.queue),
     };
-    Ok(SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial })
+    let deadline = crate::task::deadline_of(o.deadline_ns);
+    Ok(SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial, deadline })
 }
 
 /// Fills `*opts` with the defaults, `struct_size` included. NULL is ignored (and sets the last error).

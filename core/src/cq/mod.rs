@@ -436,7 +436,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
     /// submission not started by then completes as [`CqStatus::Expired`]
     /// without running), a group the work counts toward, a serial queue it
     /// runs on; `global` adds to the queue's own. A group or serial queue of
-    /// another pool is refused as [`CqRefusal::Rejected`].
+    /// another pool is refused as [`CqRefusal::WrongPool`].
     pub fn submit_with<F>(
         &self,
         opts: crate::pool::SpawnOptions<'_>,
@@ -479,8 +479,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
                 let kind = match e.kind() {
                     SubmitErrorKind::Rejected => CqRefusal::Rejected,
                     SubmitErrorKind::Shutdown => CqRefusal::Shutdown,
-                    // A group or serial queue of another pool.
-                    SubmitErrorKind::WrongPool => CqRefusal::Rejected,
+                    SubmitErrorKind::WrongPool => CqRefusal::WrongPool,
                 };
                 // Calling the refused job in take-back mode hands its node
                 // back without running anything or completing.

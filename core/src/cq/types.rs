@@ -73,6 +73,9 @@ pub enum CqRefusal {
     Rejected,
     /// The pool is shut down.
     Shutdown,
+    /// [`CompletionQueue::submit_with`](super::CompletionQueue::submit_with)
+    /// named a group or serial queue of another pool.
+    WrongPool,
 }
 
 impl std::fmt::Display for CqRefusal {
@@ -82,6 +85,7 @@ impl std::fmt::Display for CqRefusal {
             CqRefusal::Closed => "completion queue refused the submission: it is closed",
             CqRefusal::Rejected => "completion queue refused the submission: the pool's queue is full",
             CqRefusal::Shutdown => "completion queue refused the submission: the pool is shut down",
+            CqRefusal::WrongPool => "completion queue refused the submission: its group or serial queue belongs to another pool",
         })
     }
 }
