@@ -37,6 +37,7 @@ help:
 	@echo "  make bench         the benchmark suites (docs/benchmarks.md)"
 	@echo "  make bench-callgrind  instructions per task of W1, W2, W4 (Rust) and the W1 flood (C and Rust), under callgrind"
 	@echo "  make bench-memory  resident memory of a 2 M-spawn burst: before, during, after (idle pool)"
+	@echo "  make bench-scaling  W1-W4 at 1-16 workers beside oneTBB and rayon (bench/c/scaling.sh: build here, run on a bigger machine)"
 	@echo "  make bench-monitor  the starvation monitor on real threads beside Fixed: times, peaks, injections, its own cost"
 	@echo "  make examples      build the C examples into examples-c/bin"
 	@echo "  make install       install libwspool under PREFIX (default /usr/local; DESTDIR honoured)"

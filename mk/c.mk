@@ -10,6 +10,8 @@
 #   make demo-c       runs the four examples briefly
 #   make bench-c      C API vs a mutex+condvar pool, OpenMP tasks, oneTBB; and the
 #                     Rust API and rayon in the same rounds (bench/examples/c_run_peer.rs)
+#   make bench-scaling  W1-W4 at 1, 2, 4, 8, 16 workers: C and Rust APIs, oneTBB, rayon
+#                     (bench/c/scaling.sh; `scaling.sh build DIR` + `run DIR` for another machine)
 #   make install PREFIX=/usr/local [DESTDIR=]   .so/.a/header/wspool{,-static}.pc/CMake package
 #
 # Other layers link the library through the `c-lib` target and these variables.
@@ -49,7 +51,7 @@ TEST_TARGETS += test-c
 DEMO_TARGETS += demo-c
 BENCH_TARGETS += bench-c
 
-.PHONY: c-lib c-build c-header c-header-check c-examples test-c test-c-header test-c-plain \
+.PHONY: bench-scaling c-lib c-build c-header c-header-check c-examples test-c test-c-header test-c-plain \
         test-c-asan test-c-random test-c-tsan test-c-valgrind test-c-install c-test-bins demo-c bench-c c-install install
 
 # ---------------------------------------------------------------- library ---
@@ -232,3 +234,6 @@ c-install: c-lib
 
 bench-c: c-lib
 	bash bench/c/run.sh
+
+bench-scaling:
+	CARGO="$(CARGO)" C_CC="$(C_CC)" C_CXX="$(C_CXX)" bash bench/c/scaling.sh

@@ -1,5 +1,5 @@
-// The W1-W5 workloads with oneTBB: 2 worker threads (global_control lifts
-// TBB's default of cores-1 workers) in a task_arena of concurrency 2 with no
+// The W1-W5 workloads with oneTBB: BENCH_THREADS worker threads (default 2;
+// global_control lifts TBB's default of cores-1 workers) in a task_arena of that concurrency with no
 // slot reserved for the main thread, so W1/W3 submit from a foreign thread
 // as with the other pools; W3 waits with a futex-backed std::atomic wait so
 // the task is run by a worker, not inline. W2/W4 enter the arena with
@@ -31,8 +31,9 @@ static long fib_tbb(int n) {
 }
 
 int main() {
-    tbb::global_control workers(tbb::global_control::max_allowed_parallelism, 3);
-    tbb::task_arena arena(2, 0);
+    const int threads = bench_threads();
+    tbb::global_control workers(tbb::global_control::max_allowed_parallelism, threads + 1);
+    tbb::task_arena arena(threads, 0);
     std::atomic<int> done{0};
 
     // W1: enqueue from the foreign main thread, then wait for the count.

@@ -1,4 +1,4 @@
-/* The W1-W5 workloads through the C API of libwspool (2 threads, FIXED). */
+/* The W1-W5 workloads through the C API of libwspool (BENCH_THREADS threads, default 2, FIXED). */
 #define _GNU_SOURCE
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -52,7 +52,8 @@ static double run_w4(void *unused) {
 int main(void) {
     wspool_config cfg;
     wspool_config_init(&cfg);
-    cfg.min_threads = 2;
+    cfg.min_threads = (uint32_t)bench_threads();
+    cfg.max_threads = cfg.min_threads;
     cfg.growth = WSPOOL_GROWTH_FIXED;
     if (wspool_create(&cfg, &pool) != WSPOOL_OK) return 1;
     sem_init(&done, 0, 0);
@@ -60,10 +61,40 @@ int main(void) {
     /* W1 */
     flood_arm(W1_TASKS);
     uint64_t t0 = now_ns();
-    for (int i = 0; i < W1_TASKS; i++) wspool_submit(pool, tiny, NULL);
+    if (getenv("BENCH_W1_PUSH_TIMES")) {
+        /* Diagnosis: is a slow flood slow in every push (cache misses) or
+         * in a few (the submitter waking parked workers)? */
+        uint64_t slow = 0, slow_ns = 0, prev = t0;
+        for (int i = 0; i < W1_TASKS; i++) {
+            wspool_submit(pool, tiny, NULL);
+            uint64_t now = now_ns();
+            if (now - prev > 1000) slow++, slow_ns += now - prev;
+            prev = now;
+        }
+        fprintf(stderr, "W1 pushes over 1 us: %llu taking %.1f ms; submit loop %.1f ms\n", (unsigned long long)slow,
+                slow_ns / 1e6, (prev - t0) / 1e6);
+    } else {
+        for (int i = 0; i < W1_TASKS; i++) wspool_submit(pool, tiny, NULL);
+    }
     sem_wait(&done);
     uint64_t t1 = now_ns();
     printf("W1_mtps %.2f\n", W1_TASKS / ((t1 - t0) / 1e9) / 1e6);
+    if (getenv("BENCH_W1_STATS")) {
+        /* What the flood cost besides the tasks: where workers found them,
+         * how their spins went, and how often threads slept (context
+         * switches of the whole process). */
+        wspool_stats st;
+        wspool_stats_init(&st);
+        wspool_stats_get(pool, &st);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        fprintf(stderr, "W1 stats: global_pops %llu local_pops %llu steals %llu spin_hits %llu spin_misses %llu "
+                "spin_threshold_ns %u vol_csw %ld invol_csw %ld\n",
+                (unsigned long long)st.global_pops, (unsigned long long)st.local_pops, (unsigned long long)st.steals,
+                (unsigned long long)st.spin_hits, (unsigned long long)st.spin_misses, st.spin_threshold_ns,
+                ru.ru_nvcsw, ru.ru_nivcsw);
+        if (getenv("BENCH_ONLY_W1")) return 0;
+    }
     /* W1 in batches */
     wspool_batch_item batch[W1_BATCH];
     for (int i = 0; i < W1_BATCH; i++) batch[i] = (wspool_batch_item){tiny, NULL};

@@ -63,6 +63,14 @@ static inline double warm_median(double (*measure)(void *), void *ctx) {
     return v[W_REPS / 2];
 }
 
+/* Worker threads per pool: BENCH_THREADS (default 2, the 2-core CI
+ * machine's figure); bench/c/scaling.sh sets 1..16. */
+static inline int bench_threads(void) {
+    const char *s = getenv("BENCH_THREADS");
+    int n = s ? atoi(s) : 2;
+    return n > 0 ? n : 2;
+}
+
 /* Sorts samples and prints p50/p99 in microseconds. */
 static inline void report_latency(uint64_t *ns, int n) {
     qsort(ns, (size_t)n, sizeof *ns, cmp_u64);
@@ -72,6 +80,7 @@ static inline void report_latency(uint64_t *ns, int n) {
 
 /* Idle CPU: sleeps W5_SECONDS with the pool idle, prints CPU ms per second. */
 static inline void report_idle(void) {
+    if (getenv("BENCH_NO_IDLE")) return; /* the scaling run: W5 needs no 16-thread row */
     double c0 = cpu_ms();
     struct timespec ts = {W5_SECONDS, 0};
     nanosleep(&ts, NULL);

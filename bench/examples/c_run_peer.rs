@@ -3,7 +3,8 @@
 //! measures the C peers and printed in its "KEY VALUE" lines, so that
 //! `bench/c/report.py` compares them with oneTBB's figures from the same
 //! interleaved rounds (issue 15: "Rust W4 ≥ 1× oneTBB's figure from the C
-//! run"). Usage: `c_run_peer wspool|rayon`; 2 worker threads each.
+//! run"). Usage: `c_run_peer wspool|rayon`; `BENCH_THREADS` worker threads
+//! each (default 2), as the C peers.
 //!
 //! W2 and W4 run once unmeasured, then `W_REPS` times, and print the
 //! median (`warm_median` in common.h); W1 runs once per process, as the C
@@ -23,7 +24,27 @@ const W4_ROOTS: usize = 200;
 const W4_CHILDREN: usize = 1_000;
 const W_WARM: usize = 1;
 const W_REPS: usize = 5;
-const THREADS: usize = 2;
+const W3_ROUNDS: usize = 50_000;
+
+/// Worker threads per pool: `BENCH_THREADS` as `bench_threads()` in common.h.
+fn threads() -> usize {
+    std::env::var("BENCH_THREADS").ok().and_then(|s| s.parse().ok()).filter(|&n| n > 0).unwrap_or(2)
+}
+
+/// W3: `round_trip` hands one empty task to the pool and returns once it
+/// ran; prints p50/p99 as `report_latency` in common.h.
+fn w3(mut round_trip: impl FnMut()) {
+    let mut ns: Vec<u128> = (0..W3_ROUNDS)
+        .map(|_| {
+            let t0 = Instant::now();
+            round_trip();
+            t0.elapsed().as_nanos()
+        })
+        .collect();
+    ns.sort_unstable();
+    println!("W3_p50_us {:.2}", ns[W3_ROUNDS / 2] as f64 / 1e3);
+    println!("W3_p99_us {:.2}", ns[W3_ROUNDS * 99 / 100] as f64 / 1e3);
+}
 
 /// W4's count, on a cache line of its own (as `flood` in flood_task.h).
 #[repr(align(64))]
@@ -72,7 +93,8 @@ fn w4_mtps(run: impl FnOnce()) -> f64 {
 fn wspool_peer() {
     let pool = wspool::Pool::builder()
         .name("c-peer")
-        .min_threads(THREADS)
+        .min_threads(threads())
+        .max_threads(threads())
         .growth(wspool::Growth::Fixed)
         .build()
         .expect("pool");
@@ -89,6 +111,9 @@ fn wspool_peer() {
         })
     );
 
+    // As the C run's `wspool_submit_ex` + `wspool_task_wait`.
+    w3(|| pool.submit(|| ()).expect("submit").wait().expect("nop"));
+
     // As the C run: the roots through a heap group, each root's children
     // through a group on its stack.
     println!("W4_mtps {:.2}", warm_median(|| w4_mtps(|| w4_group_scope(&pool, W4_ROOTS, W4_CHILDREN, kid, || {}))));
@@ -96,7 +121,7 @@ fn wspool_peer() {
 
 fn rayon_peer() {
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(THREADS)
+        .num_threads(threads())
         .thread_name(|i| format!("c-peer-rayon{i}"))
         .build()
         .expect("rayon pool");
@@ -110,6 +135,10 @@ fn rayon_peer() {
         a + b
     }
     println!("W2_ms {:.2}", warm_median(|| w2_ms(|n| pool.install(|| fib(n)))));
+
+    // rayon's round trip from a foreign thread: `install` injects the job
+    // and blocks on a latch until a worker ran it.
+    w3(|| pool.install(|| ()));
 
     println!(
         "W4_mtps {:.2}",
