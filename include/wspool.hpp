@@ -361,6 +361,20 @@ struct running_on {
     running_on& operator=(const running_on&) = delete;
 };
 
+/// Which C pool a group or serial queue submits to: null once the C++ pool
+/// was destroyed (after wspool_destroy returned, when no task of it runs any
+/// more), so that their submissions then fail with WSPOOL_ESHUTDOWN, as the
+/// C API's do, instead of touching a freed pool.
+struct pool_ref {
+    std::atomic<capi::wspool*> p;
+    explicit pool_ref(capi::wspool* w) : p(w) {}
+    capi::wspool* get(const char* who) const {
+        capi::wspool* w = p.load(std::memory_order_acquire);
+        if (!w) throw error(WSPOOL_ESHUTDOWN, std::string(who) + ": the pool was destroyed");
+        return w;
+    }
+};
+
 /// Binds args to f by decayed copy: what submit(f, args...) runs.
 template <class F, class... A>
 auto bind(F&& f, A&&... a) {
@@ -665,13 +679,19 @@ public:
         if (hooks_->start) cfg.on_thread_start = &hooks::on_start;
         if (hooks_->stop) cfg.on_thread_stop = &hooks::on_stop;
         if (hooks_->start || hooks_->stop) cfg.hook_ctx = hooks_.get();
+        ref_ = std::make_shared<detail::pool_ref>(nullptr);
         detail::check(wspool_create(&cfg, &p_), "wspool_create");
+        ref_->p.store(p_, std::memory_order_release);
     }
-    pool(pool&& o) noexcept : p_(std::exchange(o.p_, nullptr)), hooks_(std::move(o.hooks_)) {}
+    pool(pool&& o) noexcept
+        : p_(std::exchange(o.p_, nullptr)), hooks_(std::move(o.hooks_)), ref_(std::move(o.ref_)) {}
     pool& operator=(pool&&) = delete;
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
-    ~pool() { wspool_destroy(p_); }
+    ~pool() {
+        wspool_destroy(p_);
+        if (ref_) ref_->p.store(nullptr, std::memory_order_release);
+    }
 
     /// Fire and forget. Throws wspool::error (WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN)
     /// when refused; then f was not called. An exception f throws goes to the
@@ -756,6 +776,9 @@ private:
     // The hooks' address is the C pool's hook_ctx: on the heap, so moving
     // the pool keeps it; freed after wspool_destroy joined every thread.
     std::unique_ptr<hooks> hooks_;
+    std::shared_ptr<detail::pool_ref> ref_;
+    friend class group;
+    friend class serial_queue;
 };
 
 // --------------------------------------------------------------- executor --
@@ -864,8 +887,8 @@ struct group_node {
 /// library holds its address.
 class group {
 public:
-    explicit group(pool& p) : pool_(p.native_handle()) {
-        detail::check(wspool_group_init(&storage_, pool_, &g_), "wspool_group_init");
+    explicit group(pool& p) : pool_(p.ref_) {
+        detail::check(wspool_group_init(&storage_, p.native_handle(), &g_), "wspool_group_init");
     }
     group(const group&) = delete;
     group& operator=(const group&) = delete;
@@ -886,13 +909,14 @@ public:
     }
     template <class F, class... A>
     void run_with(const options& o, F&& f, A&&... a) {
+        capi::wspool* p = pool_->get("wspool::group::run");
         auto b = detail::bind(std::forward<F>(f), std::forward<A>(a)...);
         using N = detail::group_node<decltype(b)>;
-        N* n = detail::make_node<N>(pool_, &errs_, std::move(b));
+        N* n = detail::make_node<N>(p, &errs_, std::move(b));
         wspool_submit_opts opts = o.raw();
         opts.group = g_;
         opts.on_cancel = &N::cancelled;
-        int st = wspool_submit_ex(pool_, &N::run, n, &opts, nullptr);
+        int st = wspool_submit_ex(p, &N::run, n, &opts, nullptr);
         if (st != WSPOOL_OK) {
             detail::free_node(n);
             detail::throw_status(st, "wspool_submit_ex (group)");
@@ -918,7 +942,7 @@ public:
     wspool_group* native_handle() const noexcept { return g_; }
 
 private:
-    capi::wspool* pool_;
+    std::shared_ptr<detail::pool_ref> pool_;
     wspool_group_storage storage_;
     wspool_group* g_ = nullptr;
     detail::first_error errs_;
@@ -1019,14 +1043,48 @@ T parallel_reduce(pool& p, I first, I last, I grain, T identity, Chunk&& chunk, 
 
 // ----------------------------------------------------------- serial queue --
 
+namespace detail {
+#if defined(__SANITIZE_THREAD__)
+#define WSPOOL_HPP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WSPOOL_HPP_TSAN 1
+#endif
+#endif
+#if WSPOOL_HPP_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+/// Under TSan, wraps a serial task so that TSan sees the queue's order: the
+/// library (not instrumented) runs turn N+1 after turn N returned, but does
+/// not report that edge, so TSan would flag a serial task's writes read by
+/// the next turn. Elsewhere the callable as is.
+template <class F>
+auto serial_turn(wspool_serial* q, F&& f) {
+#if WSPOOL_HPP_TSAN
+    return [q, g = std::forward<F>(f)]() mutable -> decltype(auto) {
+        __tsan_acquire(q);
+        struct rel {
+            wspool_serial* q;
+            ~rel() { __tsan_release(q); }
+        } r{q};
+        return g();
+    };
+#else
+    (void)q;
+    return std::forward<F>(f);
+#endif
+}
+}  // namespace detail
+
 /// FIFO, at most one of its tasks running at a time (wspool_serial_*).
 /// Destroying the queue leaves its pending tasks to run, in order.
 class serial_queue {
 public:
-    explicit serial_queue(pool& p) : pool_(p.native_handle()) {
-        detail::check(wspool_serial_create(pool_, &s_), "wspool_serial_create");
+    explicit serial_queue(pool& p) : pool_(p.ref_) {
+        detail::check(wspool_serial_create(p.native_handle(), &s_), "wspool_serial_create");
     }
-    serial_queue(serial_queue&& o) noexcept : pool_(o.pool_), s_(std::exchange(o.s_, nullptr)) {}
+    serial_queue(serial_queue&& o) noexcept : pool_(std::move(o.pool_)), s_(std::exchange(o.s_, nullptr)) {}
     serial_queue& operator=(serial_queue&&) = delete;
     serial_queue(const serial_queue&) = delete;
     serial_queue& operator=(const serial_queue&) = delete;
@@ -1037,19 +1095,21 @@ public:
         wspool_submit_opts o;
         wspool_submit_opts_init(&o);
         o.serial = s_;
-        detail::post_on(pool_, &o, detail::bind(std::forward<F>(f), std::forward<A>(a)...));
+        detail::post_on(pool_->get("wspool::serial_queue::post"), &o,
+                        detail::serial_turn(s_, detail::bind(std::forward<F>(f), std::forward<A>(a)...)));
     }
     template <class F, class... A>
     auto submit(F&& f, A&&... a) {
         wspool_submit_opts o;
         wspool_submit_opts_init(&o);
         o.serial = s_;
-        return detail::submit_on(pool_, &o, detail::bind(std::forward<F>(f), std::forward<A>(a)...));
+        return detail::submit_on(pool_->get("wspool::serial_queue::submit"), &o,
+                                 detail::serial_turn(s_, detail::bind(std::forward<F>(f), std::forward<A>(a)...)));
     }
     wspool_serial* native_handle() const noexcept { return s_; }
 
 private:
-    capi::wspool* pool_;
+    std::shared_ptr<detail::pool_ref> pool_;
     wspool_serial* s_ = nullptr;
 };
 
