@@ -56,18 +56,29 @@ def test_max_workers_bounds_concurrent_calls(n: int) -> None:
         lock = threading.Lock()
         running = top = 0
 
-        def task(blocking: bool) -> None:
+        def enter() -> None:
             nonlocal running, top
             with lock:
                 running += 1
                 top = max(top, running)
-            if blocking:
-                with wspool.blocking():  # declared blocking: still within the bound
-                    time.sleep(0.002)
-            else:
-                time.sleep(0.002)
+
+        def leave() -> None:
+            nonlocal running
             with lock:
                 running -= 1
+
+        def task(blocking: bool) -> None:
+            enter()
+            if blocking:
+                # A call inside blocking() is not executing: it is lent a
+                # thread and takes its place back before it goes on.
+                leave()
+                with wspool.blocking():
+                    time.sleep(0.002)
+                enter()
+            else:
+                time.sleep(0.002)
+            leave()
 
         with cls(max_workers=n) as ex:
             for f in [ex.submit(task, i % 2 == 0) for i in range(60)]:

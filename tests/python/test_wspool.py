@@ -39,7 +39,7 @@ C_STATS_FIELDS = [
         ({"min_threads": -1}, ValueError),
         ({"min_threads": 2.5}, TypeError),
         ({"min_threads": 8, "max_threads": 4, "growth": "adaptive"}, ValueError),
-        ({"max_workers": 2, "max_threads": 4}, ValueError),  # a ceiling for growth needs growth
+        ({"growth": "fixed", "max_workers": 2, "max_threads": 4}, ValueError),  # fixed: max_threads == max_workers
         ({"stack_size": 1024}, ValueError),
         ({"stack_size": 1.5}, TypeError),
         ({"queue_capacity": -5}, ValueError),
@@ -50,7 +50,7 @@ C_STATS_FIELDS = [
         ({"thread_nice": 20}, ValueError),
         ({"thread_nice": -1}, ValueError),
         ({"thread_nice": 1.0}, TypeError),
-        ({"max_workers": 2, "min_threads": 2}, TypeError),
+        ({"max_workers": 2, "min_threads": 3}, ValueError),  # two names of one bound, disagreeing
         ({"initargs": [1]}, TypeError),
     ],
 )
@@ -107,7 +107,7 @@ def test_nested_waits_with_growth_do_not_deadlock(threads: int) -> None:
 
 
 def test_nested_waits_on_a_fixed_pool_stay_within_max_workers() -> None:
-    with wspool.Pool(8) as p:
+    with wspool.Pool(8, growth="fixed") as p:
         assert p.submit(tree, p, 2).result(timeout=EVENTUALLY) == 4
         assert p.stats().peak_threads == 8
 

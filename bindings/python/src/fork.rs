@@ -29,6 +29,9 @@ pub(crate) static EXITING: AtomicBool = AtomicBool::new(false);
 pub(crate) static STOPPERS: AtomicUsize = AtomicUsize::new(0);
 /// Background threads joining pools whose Python objects were collected.
 pub(crate) static REAPERS: AtomicUsize = AtomicUsize::new(0);
+/// Workers holding a persistent Python thread state: the interpreter-exit
+/// hook waits for them to delete it (see `_atexit`).
+pub(crate) static LIVE_TSTATES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// The id of the pool this thread is a worker of (0: none).
@@ -109,10 +112,12 @@ pub(crate) fn ensure_thread_state() {
         let _ = ffi::PyEval_SaveThread();
     }
     HAS_TSTATE.set(true);
+    LIVE_TSTATES.fetch_add(1, Ordering::SeqCst);
 }
 
 /// The pool's `on_thread_stop` hook: delete the thread state made by
-/// [`ensure_thread_state`] (and the thread's `threading._DummyThread` entry).
+/// [`ensure_thread_state`] (and the thread's `threading` entry; deleting the
+/// state releases the `threading.Thread`'s sentinel, so `join()` returns).
 /// Skipped once the interpreter is exiting: finalization frees it then.
 pub(crate) fn release_thread_state() {
     WORKER_OF.set(0);
@@ -134,11 +139,12 @@ pub(crate) fn release_thread_state() {
             ffi::PyGILState_Release(ffi::PyGILState_STATE::PyGILState_UNLOCKED);
         }
     }
+    LIVE_TSTATES.fetch_sub(1, Ordering::SeqCst);
     STOPPERS.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// `threading.current_thread()` registered a `_DummyThread` for this worker
-/// (the init hook names it); drop it so retired workers do not accumulate.
+/// The init hook registered a `threading.Thread` for this worker: drop it
+/// from `threading._active` so retired workers do not accumulate.
 fn forget_dummy_thread(py: Python<'_>) -> PyResult<()> {
     let threading = py.import("threading")?;
     let ident = threading.call_method0("get_ident")?;
@@ -152,23 +158,35 @@ pub(crate) fn _after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     STOPPERS.store(0, Ordering::SeqCst);
     REAPERS.store(0, Ordering::SeqCst);
+    LIVE_TSTATES.store(0, Ordering::SeqCst);
     WORKER_OF.set(0);
 }
 
 /// Interpreter exit, after the Python side drained every live pool: wait
-/// for pools being joined in the background, then stop workers from
-/// touching Python as they exit.
+/// for pools being joined in the background and for the drained pools'
+/// workers to delete their thread states (their `threading.Thread`s are
+/// non-daemon: the interpreter would join them next), at most `grace`
+/// seconds for the latter (a pool kept alive only by a group or serial
+/// queue was not drained; its idle workers never exit), then stop workers
+/// from touching Python as they exit. Returns whether every worker was gone.
 #[pyfunction]
-pub(crate) fn _atexit(py: Python<'_>) {
+#[pyo3(signature = (grace = 2.0))]
+pub(crate) fn _atexit(py: Python<'_>, grace: f64) -> bool {
     py.detach(|| {
         while REAPERS.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(grace.clamp(0.0, 60.0));
+        while LIVE_TSTATES.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let all_gone = LIVE_TSTATES.load(Ordering::SeqCst) == 0;
         EXITING.store(true, Ordering::SeqCst);
         while STOPPERS.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
-    });
+        all_gone
+    })
 }
 
 /// The stack size a `threading.Thread` gets when `threading.stack_size()`

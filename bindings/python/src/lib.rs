@@ -8,6 +8,8 @@
 //! * [`call`]: `submit`: a Python call that fills a real
 //!   `concurrent.futures.Future`, and the `Handle` that waits on it.
 //! * [`map`]: `Executor.map` without a `Future` per item.
+//! * [`permit`]: the bound on calls executing at once (`max_workers`)
+//!   under the default growth, "compensate".
 //! * [`wait`]: how a Python thread waits on the pool with the GIL released
 //!   (signal slices, the short spin before parking, the GIL hand-off debounce).
 //! * [`fork`]: process and thread lifecycle: fork generations, each
@@ -22,6 +24,7 @@ mod call;
 mod cq;
 mod fork;
 mod map;
+mod permit;
 mod pool;
 mod wait;
 

@@ -17,6 +17,7 @@ use crate::fork::{
     ForkLocal, INIT_DONE, REAPERS, WORKER_OF, check_gen, current_gen, ensure_thread_state, release_thread_state,
 };
 use crate::map::{MapIter, start_map};
+use crate::permit::{Permits, in_use, region_enter, region_leave};
 use crate::wait::{poll_until, wait_released};
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
@@ -39,6 +40,9 @@ pub(crate) struct Shared {
     /// The reject policy can make a submit wait or run the task inline: release the GIL around it.
     pub(crate) submit_may_block: bool,
     pub(crate) queue_capacity: usize,
+    /// `growth="compensate"`: one permit per call allowed to execute at
+    /// once (`max_workers`), see `permit.rs`; None for other policies.
+    permits: Option<(Arc<Permits>, usize)>,
 }
 
 impl Shared {
@@ -81,14 +85,24 @@ impl Shared {
         if on_worker {
             ensure_thread_state();
         }
-        Python::try_attach(|py| {
-            if on_worker && !INIT_DONE.get() {
-                INIT_DONE.set(true);
-                self.run_worker_init(py);
-            }
-            f(py)
-        })
-        .is_some()
+        let attach = || {
+            Python::try_attach(|py| {
+                if on_worker && !INIT_DONE.get() {
+                    INIT_DONE.set(true);
+                    self.run_worker_init(py);
+                }
+                f(py)
+            })
+            .is_some()
+        };
+        match &self.permits {
+            // Taken before attaching: a permit is never waited for holding
+            // the GIL. Only on the pool's threads: a call that
+            // reject="caller_runs" runs on the submitting thread is that
+            // thread's own work (it must not wait for the pool).
+            Some((permits, _)) if on_worker => permits.run(attach),
+            _ => attach(),
+        }
     }
 
     fn run_worker_init(&self, py: Python<'_>) {
@@ -139,9 +153,10 @@ fn parse_growth(s: &str) -> PyResult<Growth> {
         "scale_first" => Growth::ScaleFirst,
         "queue_first" => Growth::QueueFirst,
         "fixed" => Growth::Fixed,
+        "compensate" => Growth::Compensate,
         _ => {
             return Err(PyValueError::new_err(format!(
-                "growth must be one of 'adaptive', 'scale_first', 'queue_first', 'fixed', not {s:?}"
+                "growth must be one of 'compensate', 'fixed', 'adaptive', 'scale_first', 'queue_first', not {s:?}"
             )));
         }
     })
@@ -241,6 +256,7 @@ impl Core {
             future_cls,
             submit_may_block: matches!(reject, Reject::Block | Reject::BlockFor(_) | Reject::CallerRuns),
             queue_capacity,
+            permits: (growth == Growth::Compensate).then(|| (Permits::new(min_threads), min_threads)),
         });
         Ok(Core { owner: Arc::new(Owner { pool: ManuallyDrop::new(pool), shared }) })
     }
@@ -347,6 +363,13 @@ impl Core {
     #[getter]
     fn forked(&self) -> bool {
         self.owner.shared.gen_ != current_gen()
+    }
+
+    /// Calls executing now outside waits and `blocking()` regions (at most
+    /// `max_workers`); None unless growth is "compensate".
+    #[getter]
+    fn executing(&self) -> Option<usize> {
+        self.owner.shared.permits.as_ref().map(|(p, n)| in_use(p, *n))
     }
 
     /// The message of the pool's BrokenThreadPool, if an initializer failed.
@@ -487,10 +510,11 @@ stats_class!(
 );
 
 /// `with wspool.blocking(): ...` marks code that blocks for real (I/O, a
-/// foreign lock, `time.sleep`): on a pool thread of a pool that may grow,
-/// the pool lends a compensating thread at once, so queued work keeps
-/// running; a fixed pool (the default) lends none, keeping its bound. Off
-/// the pool it does nothing. Nests.
+/// foreign lock, `time.sleep`): on a pool thread of a pool that may grow
+/// (the default, "compensate", included) the pool lends a compensating
+/// thread at once, so queued work keeps running, and the call does not
+/// count against `max_workers` meanwhile; a fixed pool lends none. Off the
+/// pool it does nothing. Nests.
 #[pyclass(module = "wspool._wspool", name = "blocking")]
 pub(crate) struct Blocking {
     depth: usize,
@@ -504,16 +528,19 @@ impl Blocking {
     }
 
     fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyRefMut<'_, Self> {
+        // The permit first: the thread the core lends may need it.
+        region_enter();
         wspool::blocking_begin();
         slf.depth += 1;
         slf
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
+    fn __exit__(&mut self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
         if self.depth > 0 {
             self.depth -= 1;
             wspool::blocking_end();
+            py.detach(region_leave);
         }
         false
     }

@@ -41,10 +41,11 @@ pub(crate) fn remaining(deadline: Option<Instant>) -> Option<Duration> {
 /// Waits with the GIL released until `done(slice)` says the awaited thing
 /// finished or the deadline passes. The wait runs in slices with a signal
 /// check between them, so Ctrl-C interrupts it; off the pool a short spin
-/// on `probe` comes first. On a pool thread (of any wspool pool) the wait is
-/// a blocking region: a pool allowed to grow lends a thread meanwhile, and
-/// the core's waits inside it run no other task on this thread (nor do its
-/// timed waits: every wait here is a timed slice).
+/// on `probe` comes first. The wait is a [`Region`]: the call's permit is
+/// given back, and on a pool thread (of any wspool pool) a pool allowed to
+/// grow lends a thread meanwhile, and the core's waits inside it run no
+/// other task on this thread (nor do its timed waits: every wait here is a
+/// timed slice).
 pub(crate) fn wait_released<F>(
     py: Python<'_>,
     timeout: Option<f64>,
@@ -65,11 +66,12 @@ where
     {
         return Ok(true);
     }
+    let _region = Region::enter(py);
     loop {
         let slice = remaining(deadline).map_or(SIGNAL_SLICE, |r| r.min(SIGNAL_SLICE));
         let finished = py.detach(|| {
             WAIT_EPOCH.fetch_add(1, Ordering::SeqCst);
-            if on_pool { wspool::blocking(|| done(Some(slice))) } else { done(Some(slice)) }
+            done(Some(slice))
         });
         if finished {
             return Ok(true);
@@ -80,6 +82,27 @@ where
         {
             return Ok(false);
         }
+    }
+}
+
+/// A wait seen by the pool, for its whole length (not per slice): the
+/// call's permit goes back (`permit.rs`), and on a pool thread it is a
+/// blocking region, so the core lends a thread and runs no other task on
+/// this one. Dropped attached; the permit is taken back detached.
+pub(crate) struct Region<'py>(Python<'py>);
+
+impl<'py> Region<'py> {
+    pub(crate) fn enter(py: Python<'py>) -> Region<'py> {
+        crate::permit::region_enter();
+        wspool::blocking_begin();
+        Region(py)
+    }
+}
+
+impl Drop for Region<'_> {
+    fn drop(&mut self) {
+        wspool::blocking_end();
+        self.0.detach(crate::permit::region_leave);
     }
 }
 

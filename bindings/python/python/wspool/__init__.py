@@ -10,9 +10,13 @@ drops in for it (``loop.set_default_executor`` accepts it)::
         results = [f.result() for f in futures]
         squares = list(pool.map(lambda x: x * x, range(10_000)))
 
-``max_workers=N`` bounds the calls running at once, as in
-``ThreadPoolExecutor``; ``growth=`` opts in to more threads (up to
-``max_threads``) for ``wspool.blocking()`` regions and waits inside tasks.
+``max_workers=N`` bounds the calls executing at once, as in
+``ThreadPoolExecutor``, except that a call waiting on the pool's work
+(``Future.result()``, ``Group.wait()``, a ``map`` iterator,
+``concurrent.futures.wait``/``as_completed``) or inside
+``with wspool.blocking():`` does not count: it is lent a thread (up to
+``max_threads``), so nested waits never deadlock. ``growth="fixed"`` makes
+N a hard limit on threads instead.
 What it adds: a much faster ``map``, ``pool.stats()``, ``pool.group()``,
 ``pool.serial()``, a bounded queue (``queue_capacity``) with a reject policy.
 The scheduler is the Rust crate ``wspool``; the GIL is released whenever Rust
@@ -62,7 +66,7 @@ _UNFINISHED = ("PENDING", "RUNNING")
 Group = _wspool.Group
 Serial = _wspool.Serial
 
-_GROWTH = ("fixed", "adaptive", "scale_first", "queue_first")
+_GROWTH = ("compensate", "fixed", "adaptive", "scale_first", "queue_first")
 _REJECT = ("abort", "caller_runs", "block", "discard_oldest")
 
 
@@ -77,6 +81,12 @@ class Future(_BaseFuture[_T]):
     """
 
     _ws_handle: _wspool.Handle | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        # concurrent.futures.wait / as_completed wait on a waiter's Event:
+        # this list makes that wait one the pool sees (see _WaiterList).
+        self._waiters = _WaiterList()
 
     def _ws_wait(self, timeout: float | None) -> float | None:
         h = self._ws_handle
@@ -103,6 +113,69 @@ class Future(_BaseFuture[_T]):
         return True
 
 
+class _RegionEvent(threading.Event):
+    """A waiter's Event whose ``wait`` is a ``wspool.blocking()`` region:
+    the waiting call gives back its share of ``max_workers`` and the pool
+    lends a thread, as for ``Future.result()``."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.is_set():
+            return True
+        with blocking():
+            signalled = super().wait(timeout)
+        return signalled
+
+
+class _WaiterList(list):  # type: ignore[type-arg]
+    """``Future._waiters``. ``concurrent.futures.wait`` and ``as_completed``
+    install one waiter on every future while holding all of their
+    conditions (no future can finish meanwhile), then wait on its ``event``
+    on the calling thread. Called on a pool thread, the waiter's fresh Event
+    is swapped for a `_RegionEvent` here, at installation."""
+
+    __slots__ = ()
+
+    def append(self, waiter: Any) -> None:
+        event = getattr(waiter, "event", None)
+        if type(event) is threading.Event and current_index() is not None:
+            region_event = _RegionEvent()
+            if event.is_set():
+                region_event.set()
+            waiter.event = region_event
+        super().append(waiter)
+
+
+class _WorkerThread(threading.Thread):
+    """A pool worker as ``threading`` sees it: a ``threading.Thread`` (not a
+    ``_DummyThread``), non-daemon like ``ThreadPoolExecutor``'s, bound to the
+    OS thread the pool started, with its ``ident`` and ``native_id``.
+    ``join()`` and ``is_alive()`` follow the OS thread: the interpreter's
+    per-thread sentinel (3.9-3.12) or thread handle (3.13+) is released when
+    the worker exits and deletes its Python thread state."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=False)
+        # What Thread._bootstrap_inner does on a thread threading started,
+        # as _DummyThread does it for a foreign one, but keeping join().
+        self._started.set()  # type: ignore[attr-defined]
+        self._set_ident()  # type: ignore[attr-defined]
+        make_handle = getattr(threading, "_make_thread_handle", None)
+        if make_handle is not None:  # 3.13+
+            self._handle = make_handle(self._ident)  # type: ignore[attr-defined]
+        else:  # the sentinel, and (non-daemon) a place in _shutdown_locks
+            self._set_tstate_lock()  # type: ignore[attr-defined]
+        if hasattr(self, "_set_native_id"):
+            self._set_native_id()
+        with threading._active_limbo_lock:  # type: ignore[attr-defined]
+            threading._active[self._ident] = self  # type: ignore[attr-defined]
+
+    def start(self) -> None:
+        raise RuntimeError("a wspool worker thread is started by its pool")
+
+    def run(self) -> None:  # pragma: no cover - never started by threading
+        pass
+
+
 def _count(name: str, value: object, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
@@ -125,7 +198,7 @@ def _make_worker_init(
     def worker_init(index: int) -> None:
         # Runs once on each worker thread, before its first task, doing what
         # threading.Thread's bootstrap and ThreadPoolExecutor's worker do.
-        threading.current_thread().name = f"{prefix}_{index}"
+        _WorkerThread(f"{prefix}_{index}")
         trace = getattr(threading, "_trace_hook", None)
         if trace is not None:
             sys.settrace(trace)
@@ -162,21 +235,33 @@ class Pool(ThreadPoolExecutor):
     """A work-stealing thread pool; a drop-in ``ThreadPoolExecutor``.
 
     ``ThreadPoolExecutor``'s arguments mean the same: at most ``max_workers``
-    calls run at once (default ``min(32, os.cpu_count() + 4)``), threads are
-    named ``f"{thread_name_prefix}_{n}"`` (default prefix
+    calls *execute* at once (default ``min(32, os.cpu_count() + 4)``),
+    threads are ``threading.Thread`` objects named
+    ``f"{thread_name_prefix}_{n}"`` (default prefix
     ``ThreadPoolExecutor-K``), and ``initializer(*initargs)`` runs once on
     each worker thread before its first task (if it raises, the pool is
     broken: submit raises ``BrokenThreadPool``).
 
+    Nested waits never deadlock: a call blocked in ``Future.result()``,
+    ``Group.wait()``, a ``map`` iterator or
+    ``concurrent.futures.wait``/``as_completed`` (on this pool's work), or
+    inside ``with wspool.blocking():``, does not count as executing and is
+    lent a thread for the wait; when the wait ends it takes its place back
+    (before calls not yet started) and the lent thread retires once its own
+    call returns. So at most ``max_workers`` calls execute outside such
+    waits at any instant, and there are at most ``max_threads`` threads.
+
     wspool's own keywords mirror the C configuration:
 
-    - ``growth``: ``"fixed"`` (default: exactly ``max_workers`` threads, the
-      ``ThreadPoolExecutor`` promise) or, to opt in to more threads than
-      ``max_workers`` (for ``blocking()`` regions, waits inside tasks and
-      detected starvation), ``"adaptive"``, ``"scale_first"`` or
-      ``"queue_first"``.
-    - ``max_threads``: the ceiling for growth (default 256); only with a
-      growth other than ``"fixed"``.
+    - ``growth``: ``"compensate"`` (default: as above; threads are added
+      only for such waits, never for throughput), ``"fixed"`` (exactly
+      ``max_workers`` threads, never more: nested waits can then deadlock,
+      as on ``ThreadPoolExecutor``), or ``"adaptive"``, ``"scale_first"``,
+      ``"queue_first"`` (the C policies: they also add threads for
+      throughput, so more than ``max_workers`` calls may run at once).
+    - ``max_threads``: the ceiling on threads (default
+      ``max(256, max_workers)``); with ``"fixed"`` only ``max_workers``
+      itself.
     - ``min_threads``: another name for ``max_workers`` (threads kept).
     - ``queue_capacity``: tasks allowed to wait (0 = unbounded, the default).
     - ``reject``: what a full queue does: ``"abort"`` (raise
@@ -201,7 +286,7 @@ class Pool(ThreadPoolExecutor):
         initializer: Callable[..., object] | None = None,
         initargs: tuple[Any, ...] = (),
         *,
-        growth: str = "fixed",
+        growth: str = "compensate",
         max_threads: int | None = None,
         min_threads: int | None = None,
         queue_capacity: int = 0,
@@ -214,8 +299,10 @@ class Pool(ThreadPoolExecutor):
     ) -> None:
         # ThreadPoolExecutor.__init__ is not called: it would build the
         # thread-per-task machinery this class replaces.
-        if max_workers is not None and min_threads is not None:
-            raise TypeError("give max_workers or min_threads, not both")
+        if max_workers is not None and min_threads is not None and max_workers != min_threads:
+            raise ValueError(
+                f"max_workers={max_workers!r} and min_threads={min_threads!r} name the same bound: give one"
+            )
         if max_workers is None:
             max_workers = min_threads
         if max_workers is None:
@@ -226,8 +313,13 @@ class Pool(ThreadPoolExecutor):
         _choice("growth", growth, _GROWTH)
         if max_threads is not None:
             _count("max_threads", max_threads)
-            if growth == "fixed":
-                raise ValueError('max_threads is a ceiling for growth: give growth="adaptive" (or another) too')
+            if growth == "fixed" and max_threads != max_workers:
+                raise ValueError(
+                    f'growth="fixed" keeps exactly max_workers={max_workers} threads: '
+                    f"max_threads={max_threads} contradicts it"
+                )
+            if 0 < max_threads < max_workers:
+                raise ValueError(f"max_threads={max_threads} is below max_workers={max_workers}")
         _count("queue_capacity", queue_capacity)
         if spin_max_us is not None:
             _count("spin_max_us", spin_max_us)
@@ -243,8 +335,8 @@ class Pool(ThreadPoolExecutor):
             raise TypeError("initializer must be a callable")
         if not isinstance(initargs, tuple):
             raise TypeError(f"initargs must be a tuple, not {type(initargs).__name__}")
-        if name is not None and thread_name_prefix:
-            raise TypeError("give name or thread_name_prefix, not both")
+        if name is not None and thread_name_prefix and name != thread_name_prefix:
+            raise ValueError(f"name={name!r} and thread_name_prefix={thread_name_prefix!r} name the same prefix: give one")
         prefix = name if name is not None else thread_name_prefix
         if not isinstance(prefix, str):
             raise TypeError(f"name must be a str, not {type(prefix).__name__}")
@@ -253,7 +345,7 @@ class Pool(ThreadPoolExecutor):
             # ThreadPoolExecutor's counter: pools of both kinds are numbered alike.
             prefix = f"ThreadPoolExecutor-{self._counter()}"  # type: ignore[attr-defined]
         # The attributes ThreadPoolExecutor's own code and its users read.
-        self._max_workers = max_workers
+        self._ws_max_workers = max_workers
         self._thread_name_prefix = prefix
         self._initializer = initializer  # type: ignore[assignment]  # typeshed's is narrower than TPE's
         self._initargs = initargs
@@ -367,6 +459,14 @@ class Pool(ThreadPoolExecutor):
         """
         self._core.shutdown(wait, cancel_futures)
 
+    @property
+    def _max_workers(self) -> int:  # type: ignore[override]
+        # dask's threaded scheduler reads this right before it schedules a
+        # graph on the pool: the moment to make its wait one the pool sees.
+        if not _dask_hooked and "dask.local" in sys.modules:
+            _hook_dask()
+        return self._ws_max_workers
+
     # ThreadPoolExecutor's attributes, read-only here: `_broken` is False or
     # why the pool is broken (typeshed says bool; TPE stores the message).
     @property
@@ -405,16 +505,53 @@ class Pool(ThreadPoolExecutor):
 
 _POOL_SUBMIT = Pool.submit
 
+_dask_hooked = False
+
+
+def _hook_dask() -> None:
+    """dask's threaded scheduler (``dask.compute(..., pool=pool)`` or
+    ``dask.config.set(pool=pool)``) waits for the calls it submitted in
+    ``dask.local.queue_get``, a plain ``queue.Queue.get``. Inside one of
+    the pool's own calls (a nested compute) that wait becomes a
+    ``wspool.blocking()`` region, like ``Future.result()``; elsewhere (any
+    other thread, any other executor) ``queue_get`` behaves as before."""
+    global _dask_hooked
+    _dask_hooked = True
+    local = sys.modules.get("dask.local")
+    get = getattr(local, "queue_get", None)
+    if get is None or getattr(get, "_wspool_region", False):
+        return
+
+    def queue_get(q: Any) -> Any:
+        if current_index() is None:
+            return get(q)
+        with blocking():
+            got = get(q)
+        return got
+
+    queue_get._wspool_region = True  # type: ignore[attr-defined]
+    local.queue_get = queue_get  # type: ignore[union-attr]
+
 
 def _python_exit() -> None:
-    # Like ThreadPoolExecutor: at interpreter exit, let queued work finish.
+    # Like ThreadPoolExecutor: at interpreter exit, let queued work finish,
+    # and the workers exit (threading joins non-daemon threads next).
     for pool in list(_live_pools):
         try:
             if not pool._core.forked:
                 pool.shutdown(wait=True)
         except BaseException:  # noqa: BLE001 - never fail interpreter exit
             pass
-    _wspool._atexit()
+    if not _wspool._atexit():
+        # Workers of a pool nobody shut down (kept alive by a group or a
+        # serial queue alone) are still there, idle: exit must not wait for
+        # them (the interpreter finalizes their thread states).
+        locks = getattr(threading, "_shutdown_locks", None)
+        if locks is not None:
+            with threading._shutdown_locks_lock:  # type: ignore[attr-defined]
+                for t in threading.enumerate():
+                    if isinstance(t, _WorkerThread):
+                        locks.discard(getattr(t, "_tstate_lock", None))
 
 
 try:
