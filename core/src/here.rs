@@ -30,7 +30,7 @@ thread_local! {
             worker: Cell::new(std::ptr::null()),
             stripe: Cell::new(usize::MAX),
             sample_tick: Cell::new(0),
-            completion: Cell::new(Completion::Nowhere),
+            completion: Cell::new(Completion::NOWHERE),
         }
     };
 }

@@ -124,37 +124,61 @@ pub(crate) fn bump(c: &AtomicU64) {
 /// slot; the runner counts a job whose slot is still full when it returns.
 /// Exactly one of the two counts, and a plain task (nobody to signal)
 /// costs no more than before.
+///
+/// One word (a tagged pointer), so that saving, setting and restoring it
+/// around every job is a plain load and store each: null is "nothing to
+/// count", an even address a worker's counter, an odd one (address | 1) a
+/// pool's off-pool counter (both types are 8-aligned).
 #[derive(Clone, Copy)]
-pub(crate) enum Completion {
-    /// Nothing to count: between jobs, or a job that is not a task (the
-    /// "cancel runs it" path of scope tasks, join halves).
-    Nowhere,
-    /// Single-writer: only the worker thread that owns the slot counts in it.
-    Worker(std::ptr::NonNull<AtomicU64>),
-    OffPool(std::ptr::NonNull<StripedCounter>),
-}
+pub(crate) struct Completion(*const ());
+
+/// The tag of an off-pool counter.
+const OFF_POOL: usize = 1;
 
 impl Completion {
+    /// Nothing to count: between jobs, or a job that is not a task (the
+    /// "cancel runs it" path of scope tasks, join halves).
+    pub(crate) const NOWHERE: Completion = Completion(std::ptr::null());
+
+    /// The worker's own `completed`: single-writer, only the worker thread
+    /// that owns the slot counts in it.
+    #[inline]
+    pub(crate) fn worker(counter: &AtomicU64) -> Completion {
+        Completion((counter as *const AtomicU64).cast())
+    }
+
+    /// A pool's off-pool counter (a job run on a caller's thread).
+    #[inline]
+    pub(crate) fn off_pool(counter: &StripedCounter) -> Completion {
+        const { assert!(std::mem::align_of::<StripedCounter>() > OFF_POOL) };
+        Completion((counter as *const StripedCounter).cast::<()>().map_addr(|a| a | OFF_POOL))
+    }
+
     /// Counts one completion where `self` says. The pointers come from the
     /// runner's own registry (a worker slot or its shared counters), which
     /// the runner keeps alive for the whole run, that is for as long as the
     /// value sits in the thread's slot.
     #[inline]
     pub(crate) fn count(self) {
-        match self {
-            Completion::Nowhere => {}
+        if self.0.is_null() {
+            return;
+        }
+        if self.0.addr() & OFF_POOL == 0 {
             // SAFETY: see above; a worker's slot is written only by the
             // thread occupying it, which is this one.
-            Completion::Worker(c) => bump(unsafe { c.as_ref() }),
-            // SAFETY: see above.
-            Completion::OffPool(c) => unsafe { c.as_ref() }.add(1),
+            bump(unsafe { &*self.0.cast::<AtomicU64>() });
+        } else {
+            // SAFETY: see above; the tag is cleared with the pointer's
+            // provenance kept.
+            unsafe { &*self.0.map_addr(|a| a & !OFF_POOL).cast::<StripedCounter>() }.add(1);
         }
     }
 
-    /// True unless `Nowhere`: the job left its completion to the runner.
+    /// True unless nothing was to be counted: the job left its completion
+    /// to the runner.
     #[inline]
     pub(crate) fn is_owed(self) -> bool {
-        !matches!(self, Completion::Nowhere)
+        !self.0.is_null()
     }
 }
 
@@ -163,7 +187,7 @@ impl Completion {
 /// not a counted task.
 #[inline]
 pub(crate) fn count_completion_now() {
-    crate::here::here().completion.replace(Completion::Nowhere).count();
+    crate::here::here().completion.replace(Completion::NOWHERE).count();
 }
 
 /// Runs `f` with nothing to count: a job run where it would otherwise take
@@ -177,7 +201,7 @@ pub(crate) fn uncounted<R>(f: impl FnOnce() -> R) -> R {
             crate::here::here().completion.set(self.0);
         }
     }
-    let _restore = Restore(crate::here::here().completion.replace(Completion::Nowhere));
+    let _restore = Restore(crate::here::here().completion.replace(Completion::NOWHERE));
     f()
 }
 

@@ -309,8 +309,7 @@ impl<T: Send + 'static> TaskHandle<T> {
             // The task counts itself when it runs (`stats::Completion`); the
             // outer job's slot is put back whether it ran or not.
             let slot = &crate::here::here().completion;
-            let counter = NonNull::from(&worker.counters().completed);
-            let outer = slot.replace(crate::stats::Completion::Worker(counter));
+            let outer = slot.replace(crate::stats::Completion::worker(&worker.counters().completed));
             let ran = self.cell.run_inline();
             slot.set(outer);
             if ran {

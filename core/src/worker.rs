@@ -429,7 +429,7 @@ impl WorkerThread {
         // The job counts its completion here, before it signals a waiter, or
         // leaves it to us (`stats::Completion`).
         let outer_completion =
-            self.here.completion.replace(Completion::Worker(std::ptr::NonNull::from(&counters.completed)));
+            self.here.completion.replace(Completion::worker(&counters.completed));
         // SAFETY: the job is consumed here, and forgotten right after.
         let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { JobRef::run_in_place(&mut job) }));
         std::mem::forget(job);

@@ -344,8 +344,7 @@ impl Registry {
     pub(crate) fn run_on_caller(&self, job: JobRef) {
         // Counted before the job signals a waiter, or by us (`stats::Completion`).
         let here = here();
-        let counter = std::ptr::NonNull::from(&self.counters.completed_off_pool);
-        let outer = here.completion.replace(stats::Completion::OffPool(counter));
+        let outer = here.completion.replace(stats::Completion::off_pool(&self.counters.completed_off_pool));
         let outcome = catch_unwind(AssertUnwindSafe(|| job.run()));
         let owed = here.completion.replace(outer).is_owed();
         match outcome {
