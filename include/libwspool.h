@@ -306,7 +306,8 @@ typedef struct wspool_cq wspool_cq;
 typedef struct wspool_group wspool_group;
 
 /**
- * A serial queue: FIFO, at most one of its tasks runs at a time (opaque).
+ * A serial queue or lane: FIFO, at most one (a lane: its `limit`) of its tasks runs at a time
+ * (opaque).
  */
 typedef struct wspool_serial wspool_serial;
 
@@ -888,6 +889,16 @@ int wspool_group_fini(struct wspool_group *g);
  * tasks occupy no worker) and stores it in `*out` (NULL on failure).
  */
 int wspool_serial_create(struct wspool *pool, struct wspool_serial **out);
+
+/**
+ * Creates a lane on `pool`: a serial queue that runs up to `limit` of its tasks at once (1 is
+ * `wspool_serial_create`). Its tasks start in submission order, queued ones occupy no worker, a
+ * task that blocks keeps its place in the limit, and lanes take turns with each other through
+ * the pool's global queue, one task per turn. It is a `wspool_serial` in every other respect:
+ * submit with `wspool_serial_submit` or `opts.serial`, free with `wspool_serial_destroy`.
+ * `limit` 0 is `WSPOOL_EINVAL`.
+ */
+int wspool_lane_create(struct wspool *pool, uint32_t limit, struct wspool_serial **out);
 
 /**
  * Appends `fn(arg)` to the serial queue: shorthand for `wspool_submit_ex` with `opts.serial = s`

@@ -40,9 +40,9 @@ C_TEST_BIN := tests/c/bin
 # The C test programs (one translation unit each, sharing tests/c/harness.h):
 # test_wspool covers every API function, test_lifecycle and test_shutdown the
 # lifecycle rules and races of issue 9, test_batch wspool_submit_batch (issue 15),
-# test_groups groups placed in caller storage (issue 15), test_deadline
-# submission deadlines (issue 29).
-C_TESTS := test_wspool test_lifecycle test_shutdown test_batch test_groups test_deadline
+# test_groups groups placed in caller storage (issue 15), test_request
+# per-request control: deadlines and lanes (issue 29).
+C_TESTS := test_wspool test_lifecycle test_shutdown test_batch test_groups test_request
 C_SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 C_SAN_TSAN := -fsanitize=thread
 

@@ -341,9 +341,19 @@ impl Pool {
         Group::new(self.registry().clone())
     }
 
-    /// A new serial queue on this pool.
+    /// A new serial queue on this pool: a lane of 1.
     pub fn serial(&self) -> SerialQueue {
-        SerialQueue::new(self.registry().clone())
+        SerialQueue::new(self.registry().clone(), 1)
+    }
+
+    /// A new lane on this pool: a serial queue that runs up to `limit` of
+    /// its tasks at once (0 is taken as 1). Its tasks start in submission
+    /// order; queued ones occupy no worker; one that blocks keeps its place
+    /// in the limit; lanes take turns with each other through the global
+    /// queue, one task per turn. Submit to it like to a serial queue
+    /// ([`SpawnOptions::serial`], [`SerialQueue::spawn`]).
+    pub fn lane(&self, limit: usize) -> SerialQueue {
+        SerialQueue::new(self.registry().clone(), limit.max(1))
     }
 
     /// A snapshot of the counters.

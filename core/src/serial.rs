@@ -1,12 +1,17 @@
-//! Serial queues: FIFO, at most one task of a queue running at a time.
+//! Serial queues and lanes: FIFO, at most `limit` tasks of a queue running
+//! at a time (a serial queue is a lane of 1; `Pool::lane(n)` makes one of n).
 //!
 //! Tasks wait in the queue's own list, not in the pool: only the queue's
-//! current turn is a pool job, so a waiting serial task never occupies a
-//! worker. Every turn goes through the global queue, so turns of different
-//! queues interleave in FIFO order (one task per turn), and no helping
-//! waiter ever runs a turn nested inside its wait: a serial task that waits
-//! can therefore never end up waiting, on its own stack, for its queue's
-//! next task.
+//! turns are pool jobs, at most `limit` of them at once, so a waiting task
+//! never occupies a worker. A turn runs one task and then, if tasks are
+//! left, goes back to the tail of the global queue: turns of different
+//! queues interleave in FIFO order (one task per turn), so no lane runs more
+//! than its share in a row. A task holds its turn until it returns, also
+//! while it blocks (declared or not): blocking inside a lane counts against
+//! the lane, whatever threads the pool lends meanwhile. No helping waiter
+//! ever runs a turn nested inside its wait: a lane's task that waits can
+//! therefore never end up waiting, on its own stack, for its queue's next
+//! task.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -21,8 +26,10 @@ use crate::registry::{Registry, drop_payload};
 use crate::sync::lock;
 use crate::task::TaskHandle;
 
-/// A FIFO lane on a pool. Cheap to clone. Dropping it does not drop its
-/// pending tasks: they still run, in order.
+/// A FIFO lane on a pool: its tasks start in submission order, at most
+/// [`SerialQueue::limit`] of them running at a time (one for
+/// [`crate::Pool::serial`], n for [`crate::Pool::lane`]). Cheap to clone.
+/// Dropping it does not drop its pending tasks: they still run, in order.
 #[derive(Clone)]
 pub struct SerialQueue {
     inner: Arc<SerialInner>,
@@ -35,9 +42,15 @@ struct SerialInner {
 
 struct SerialState {
     tasks: VecDeque<JobRef>,
-    /// A turn is queued in the pool or running. Invariant: false only when
-    /// `tasks` is empty and no turn job exists.
-    scheduled: bool,
+    /// Turn jobs queued in the pool, not yet started: each will take one
+    /// task. Invariant (under the lock): `queued + running <= limit`, and
+    /// `queued >= min(tasks.len(), limit - running)`: a queued task always
+    /// has a turn coming while the lane has room.
+    queued: usize,
+    /// Turns running a task now.
+    running: usize,
+    /// Most tasks of this queue running at once (1: a serial queue).
+    limit: usize,
 }
 
 impl SerialInner {
@@ -65,9 +78,11 @@ impl SerialInner {
     unsafe fn cancel_turn_job(payload: *mut Payload) -> bool {
         // SAFETY: built by `schedule`, consumed once.
         let inner = unsafe { Self::turn_of(payload) };
+        // A cancelled turn (`Shutdown::Cancel`) takes every queued task
+        // with it: no other turn of this queue will run either.
         let tasks: Vec<JobRef> = {
             let mut st = lock(&inner.state);
-            st.scheduled = false;
+            st.queued -= 1;
             st.tasks.drain(..).collect()
         };
         for job in tasks {
@@ -80,7 +95,14 @@ impl SerialInner {
     /// left in the queue is a tombstone: it is counted as cancelled, not
     /// also as completed).
     fn run_turn(self: Arc<Self>) -> bool {
-        let job = lock(&self.state).tasks.pop_front();
+        let job = {
+            let mut st = lock(&self.state);
+            st.queued -= 1;
+            let job = st.tasks.pop_front();
+            st.running += job.is_some() as usize;
+            job
+        };
+        let took = job.is_some();
         let ran = match job.map(|job| catch_unwind(AssertUnwindSafe(|| job.run()))) {
             Some(Ok(ran)) => ran,
             Some(Err(payload)) => {
@@ -95,10 +117,14 @@ impl SerialInner {
             // this one (and whoever waits for it) sees this one counted.
             crate::stats::count_completion_now();
         }
+        // The turn goes on (back to the global queue's tail, behind the
+        // other queues' turns) if a task left is owed no queued turn.
         let more = {
             let mut st = lock(&self.state);
-            st.scheduled = !st.tasks.is_empty();
-            st.scheduled
+            st.running -= took as usize;
+            let more = st.queued < st.tasks.len() && st.queued + st.running < st.limit;
+            st.queued += more as usize;
+            more
         };
         if more {
             self.schedule();
@@ -110,7 +136,11 @@ impl SerialInner {
         let start = {
             let mut st = lock(&self.state);
             st.tasks.push_back(job);
-            !std::mem::replace(&mut st.scheduled, true)
+            // A new turn if the lane has room and every queued turn is owed
+            // to an earlier task.
+            let start = st.queued < st.tasks.len() && st.queued + st.running < st.limit;
+            st.queued += start as usize;
+            start
         };
         self.registry.count_submitted(self.registry.current_worker());
         if start {
@@ -120,13 +150,19 @@ impl SerialInner {
 }
 
 impl SerialQueue {
-    pub(crate) fn new(registry: Arc<Registry>) -> SerialQueue {
+    pub(crate) fn new(registry: Arc<Registry>, limit: usize) -> SerialQueue {
+        debug_assert!(limit >= 1);
         SerialQueue {
             inner: Arc::new(SerialInner {
                 registry,
-                state: Mutex::new(SerialState { tasks: VecDeque::new(), scheduled: false }),
+                state: Mutex::new(SerialState { tasks: VecDeque::new(), queued: 0, running: 0, limit }),
             }),
         }
+    }
+
+    /// Most tasks of this queue that run at once (1 for [`crate::Pool::serial`]).
+    pub fn limit(&self) -> usize {
+        lock(&self.inner.state).limit
     }
 
     pub(crate) fn registry(&self) -> &Arc<Registry> {

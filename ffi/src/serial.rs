@@ -1,4 +1,5 @@
-//! Serial queues: FIFO, at most one of a queue's tasks running at a time.
+//! Serial queues and lanes: FIFO, at most one (a lane: `limit`) of a queue's tasks running at a
+//! time.
 
 use std::ffi::{c_int, c_void};
 
@@ -8,7 +9,8 @@ use crate::args::{Handle, reclaim};
 use crate::support::{self, CTask, Res, guard, guard_void};
 use crate::{WSPOOL_OK, check_fork, func, obj, out_ptr, pool_of, wspool, wspool_fn};
 
-/// A serial queue: FIFO, at most one of its tasks runs at a time (opaque).
+/// A serial queue or lane: FIFO, at most one (a lane: its `limit`) of its tasks runs at a time
+/// (opaque).
 pub struct wspool_serial {
     pub(crate) queue: SerialQueue,
     pub(crate) fork_gen: u32,
@@ -35,6 +37,27 @@ pub unsafe extern "C" fn wspool_serial_create(pool: *mut wspool, out: *mut *mut 
         out_ptr(out, "out")?;
         let p = pool_of(pool)?;
         let s = wspool_serial { queue: p.pool.serial(), fork_gen: p.fork_gen };
+        // SAFETY: checked non-null.
+        unsafe { *out = Box::into_raw(Box::new(s)) };
+        Ok(WSPOOL_OK)
+    })
+}
+
+/// Creates a lane on `pool`: a serial queue that runs up to `limit` of its tasks at once (1 is
+/// `wspool_serial_create`). Its tasks start in submission order, queued ones occupy no worker, a
+/// task that blocks keeps its place in the limit, and lanes take turns with each other through
+/// the pool's global queue, one task per turn. It is a `wspool_serial` in every other respect:
+/// submit with `wspool_serial_submit` or `opts.serial`, free with `wspool_serial_destroy`.
+/// `limit` 0 is `WSPOOL_EINVAL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_lane_create(pool: *mut wspool, limit: u32, out: *mut *mut wspool_serial) -> c_int {
+    guard("wspool_lane_create", || {
+        out_ptr(out, "out")?;
+        let p = pool_of(pool)?;
+        if limit == 0 {
+            return support::einval("limit is 0: a lane runs at least one task at a time");
+        }
+        let s = wspool_serial { queue: p.pool.lane(limit as usize), fork_gen: p.fork_gen };
         // SAFETY: checked non-null.
         unsafe { *out = Box::into_raw(Box::new(s)) };
         Ok(WSPOOL_OK)

@@ -1,12 +1,17 @@
-/* Deadlines through the C API (issue 29): `wspool_submit_opts.deadline_ns`.
+/* Per-request control through the C API (issue 29): deadlines and lanes.
+ *
+ * Deadlines, `wspool_submit_opts.deadline_ns`:
  * A task not started by its deadline never runs: its on_cancel is called
  * exactly once with wspool_cancel_reason() == WSPOOL_TASK_EXPIRED, its handle
  * says WSPOOL_TASK_EXPIRED / WSPOOL_EEXPIRED, a completion queue's done gets
  * WSPOOL_CQ_EXPIRED, and wspool_stats.expired counts it. No check depends on
  * timing: a task meant to expire gets a deadline already past (or one that
  * passes while the only worker is held by a gate), one meant to run a
- * deadline an hour away. Run by `make test-c` in the same four passes as
- * test_wspool. */
+ * deadline an hour away.
+ *
+ * Lanes, `wspool_lane_create(pool, n, &s)`: a serial queue running up to n
+ * of its tasks at once; the bound is checked as a maximum, never a time.
+ * Run by `make test-c` in the same four passes as test_wspool. */
 #include "harness.h"
 
 #define HOUR_NS (3600ull * 1000000000ull)
@@ -233,6 +238,88 @@ static void test_older_opts_layout_has_no_deadline(void) {
     gate_destroy(&g);
 }
 
+/* ---- lanes -------------------------------------------------------------- */
+
+typedef struct {
+    gate_t *gate;
+    atomic_int now, max, done;
+} occ_t;
+static void occ_task(void *a) {
+    occ_t *o = a;
+    int now = atomic_fetch_add(&o->now, 1) + 1;
+    int seen = atomic_load(&o->max);
+    while (now > seen && !atomic_compare_exchange_weak(&o->max, &seen, now)) {
+    }
+    wspool_blocking_begin();
+    gate_pass(o->gate);
+    wspool_blocking_end();
+    atomic_fetch_sub(&o->now, 1);
+    atomic_fetch_add(&o->done, 1);
+}
+
+static void test_lane_limit(void) {
+    wspool *p = make_pool(2, 32, WSPOOL_GROWTH_ADAPTIVE);
+    wspool_serial *lane = NULL;
+    CHECK_EQ(wspool_lane_create(p, 0, &lane), WSPOOL_EINVAL);
+    CHECK(lane == NULL);
+    CHECK(last_error_mentions("limit"));
+    CHECK_EQ(wspool_lane_create(NULL, 2, &lane), WSPOOL_EINVAL);
+    CHECK_EQ(wspool_lane_create(p, 2, NULL), WSPOOL_EINVAL);
+    OK(wspool_lane_create(p, 2, &lane));
+    gate_t g;
+    gate_init(&g);
+    occ_t o = {&g, 0, 0, 0};
+    for (int i = 0; i < 12; i++) {
+        if (i % 2)
+            OK(wspool_serial_submit(lane, occ_task, &o));
+        else {
+            wspool_submit_opts so;
+            wspool_submit_opts_init(&so);
+            so.serial = lane;
+            OK(wspool_submit_ex(p, occ_task, &o, &so, NULL));
+        }
+    }
+    CHECK(wait_at_least(&g.inside, 2));
+    /* the pool lends threads to the blocked lane tasks; other work still runs */
+    atomic_long n = 0;
+    wspool_task *t = NULL;
+    OK(wspool_submit_ex(p, task_inc, &n, NULL, &t));
+    OK(wspool_task_wait(t, MUST_MS));
+    wspool_task_release(t);
+    CHECK_EQ(atomic_load(&n), 1);
+    CHECK_EQ(atomic_load(&o.now), 2);
+    gate_open(&g);
+    CHECK(wait_at_least(&o.done, 12));
+    CHECK_EQ(atomic_load(&o.max), 2); /* blocking inside the lane counts against the lane */
+    wspool_serial_destroy(lane);
+    wspool_destroy(p);
+    gate_destroy(&g);
+}
+
+static void test_lane_cancel_shutdown(void) {
+    gate_t g;
+    wspool *p = held_single(&g);
+    wspool_serial *lane = NULL;
+    OK(wspool_lane_create(p, 3, &lane));
+    dslot_t s = {0, 0, 0};
+    for (int i = 0; i < 20; i++) {
+        wspool_submit_opts o;
+        wspool_submit_opts_init(&o);
+        o.serial = lane;
+        o.on_cancel = dslot_cancel;
+        o.deadline_ns = i % 4 == 0 ? past() : 0;
+        OK(wspool_submit_ex(p, dslot_run, &s, &o, NULL));
+    }
+    wspool_serial_destroy(lane); /* pending tasks stay */
+    gate_open(&g);
+    OK(wspool_shutdown(p, WSPOOL_SHUTDOWN_CANCEL, -1));
+    /* every task ended exactly once: ran, cancelled, or expired */
+    CHECK_EQ(atomic_load(&s.ran) + atomic_load(&s.cancelled) + atomic_load(&s.expired), 20);
+    CHECK(atomic_load(&s.expired) <= 5);
+    wspool_destroy(p);
+    gate_destroy(&g);
+}
+
 int main(int argc, char **argv) {
     static const test_case tests[] = {
         {"constants_and_clock", test_constants_and_clock},
@@ -241,6 +328,8 @@ int main(int argc, char **argv) {
         {"serial_deadlines", test_serial_deadlines},
         {"cq_reports_expired", test_cq_reports_expired},
         {"older_opts_layout_has_no_deadline", test_older_opts_layout_has_no_deadline},
+        {"lane_limit", test_lane_limit},
+        {"lane_cancel_shutdown", test_lane_cancel_shutdown},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }
