@@ -4,15 +4,21 @@
 #                    docs/ and examples-c/README.md (tools/check_snippets.py):
 #                    Rust in a scratch cargo project on core/, C against
 #                    include/ + target/release, Python with the ./.venv interpreter;
-#                    first test-help: every target `make help` names exists
+#                    first test-help: every target `make help` names exists, and
+#                    test-links: every relative link and #anchor in the tracked
+#                    Markdown resolves (tools/check_links.py, with its self-test)
 
 TEST_TARGETS += test-docs
 
-.PHONY: test-docs test-help
+.PHONY: test-docs test-help test-links
 
-test-docs: test-help c-build python-install
+test-docs: test-help test-links c-build python-install
 	$(PYTHON) tools/check_snippets.py --self-test --python $(PY)
 	$(PYTHON) tools/check_snippets.py --python $(PY)
+
+test-links:
+	$(PYTHON) tools/check_links.py --self-test
+	$(PYTHON) tools/check_links.py
 
 # Every target `make help` names is defined (read from make's database,
 # so nothing runs).
