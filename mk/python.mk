@@ -11,7 +11,13 @@
 #   make demo-python     a short tour: submit, map, nested waits, blocking(), stats;
 #                        runs from target/python-dev (cargo build + the package's
 #                        sources), so a first `make demo` installs no tools
-#   make bench-python    P1-P4 (P4: asyncio round trips) against ThreadPoolExecutor
+#   make bench-python    P1-P4 (P4: asyncio round trips) against ThreadPoolExecutor,
+#                        then bench/python/nested_waits.py (issue 25's cases beside TPE)
+#   make wheel           target/wheels/: the abi3 wheel tagged manylinux2014 (glibc 2.17),
+#                        built with maturin --zig (pinned ziglang from PyPI), checked
+#                        with the pinned auditwheel, and the sdist
+#   make test-wheel      the wheel installed into a fresh venv (no Rust on PATH), and
+#                        the pytest suite run against it (part of `make test`)
 #
 # Everything runs from the venv; nothing is installed outside ./.venv. A
 # Debian Python without the venv module gets python3-venv through apt-get
@@ -36,11 +42,23 @@ PY_CLIENTS_STAMP := $(PY_VENV)/.wspool-python-clients-$(shell echo '$(PY_CLIENTS
 # maturin is found on PATH by its PEP 517 hooks.
 PY_ENV := PATH="$(PY_BIN):$$PATH" CARGO_TARGET_DIR="$(abspath target)"
 
-TEST_TARGETS += test-python
+# The wheel: zig links against glibc 2.17's symbols, so the wheel installs on
+# any manylinux2014 system (RHEL 7+, Ubuntu 14.04+, Debian 8+).
+PY_ZIG_VERSION := 0.17.0
+PY_AUDITWHEEL_VERSION := 6.8.2
+PY_WHEEL_TOOLS_STAMP := $(PY_VENV)/.wspool-wheel-tools-$(PY_ZIG_VERSION)-$(PY_AUDITWHEEL_VERSION)
+PY_WHEEL_TAG := manylinux_2_17_x86_64
+PY_WHEEL_DIR := target/wheels
+# Its own cargo target directory: zig as the linker would otherwise make the
+# shared target/release artefacts rebuild back and forth.
+PY_WHEEL_CARGO_DIR := target/wheel-build
+PY_WHEEL_VENV := target/wheel-venv
+
+TEST_TARGETS += test-python test-wheel
 DEMO_TARGETS += demo-python
 BENCH_TARGETS += bench-python
 
-.PHONY: python-venv python-install python-test-deps python-dev test-python demo-python bench-python
+.PHONY: python-venv python-install python-test-deps python-dev test-python demo-python bench-python wheel test-wheel
 
 python-venv: $(PY_TOOLS_STAMP)
 
@@ -102,5 +120,48 @@ demo-python: python-dev
 	@echo; echo "== Python (bindings/python/examples/demo.py; docs/python.md)"
 	PYTHONPATH=$(PY_DEV) $(PYTHON) bindings/python/examples/demo.py
 
-bench-python: python-install
+bench-python: python-install python-test-deps
 	$(PY_ENV) $(PY) bench/python/bench.py
+	$(PY_ENV) $(PY) bench/python/nested_waits.py
+
+$(PY_WHEEL_TOOLS_STAMP): $(PY_TOOLS_STAMP)
+	@echo "wheel: installing pinned ziglang==$(PY_ZIG_VERSION) and auditwheel==$(PY_AUDITWHEEL_VERSION) into $(PY_VENV)"
+	$(PY) -m pip install -q --disable-pip-version-check ziglang==$(PY_ZIG_VERSION) auditwheel==$(PY_AUDITWHEEL_VERSION)
+	@touch $@
+
+wheel: $(PY_WHEEL_TOOLS_STAMP)
+	rm -rf $(PY_WHEEL_DIR) && mkdir -p $(PY_WHEEL_DIR)
+	cd bindings/python && PATH="$(PY_BIN):$$PATH" CARGO_TARGET_DIR="$(abspath $(PY_WHEEL_CARGO_DIR))" \
+	  $(PY_BIN)/maturin build --release --locked --zig --compatibility manylinux2014 --out "$(abspath $(PY_WHEEL_DIR))"
+	cd bindings/python && PATH="$(PY_BIN):$$PATH" $(PY_BIN)/maturin sdist --out "$(abspath $(PY_WHEEL_DIR))"
+	$(PY_BIN)/auditwheel show $(PY_WHEEL_DIR)/*.whl | tee $(PY_WHEEL_DIR)/auditwheel-show.txt
+	@tr '\n' ' ' < $(PY_WHEEL_DIR)/auditwheel-show.txt | grep -q '"$(PY_WHEEL_TAG)"' \
+	  || { echo "wheel: auditwheel does not find the wheel consistent with $(PY_WHEEL_TAG)" >&2; exit 1; }
+	@unzip -l $(PY_WHEEL_DIR)/*.whl > $(PY_WHEEL_DIR)/wheel-files.txt
+	@tar tzf $(PY_WHEEL_DIR)/*.tar.gz > $(PY_WHEEL_DIR)/sdist-files.txt
+	@unzip -p $(PY_WHEEL_DIR)/*.whl '*.dist-info/METADATA' > $(PY_WHEEL_DIR)/METADATA.txt
+	@for f in LICENSE-MIT LICENSE-APACHE; do \
+	  grep -q "dist-info/licenses/$$f" $(PY_WHEEL_DIR)/wheel-files.txt || { echo "wheel: $$f missing" >&2; exit 1; }; \
+	  grep -q "^wspool-[^/]*/$$f$$" $(PY_WHEEL_DIR)/sdist-files.txt || { echo "sdist: $$f missing" >&2; exit 1; }; \
+	done
+	@grep -q '^Project-URL: ' $(PY_WHEEL_DIR)/METADATA.txt || { echo "wheel: no Project-URL in METADATA" >&2; exit 1; }
+	@grep -q '^License-Expression: MIT OR Apache-2.0' $(PY_WHEEL_DIR)/METADATA.txt || { echo "wheel: no License-Expression" >&2; exit 1; }
+	@ls -l $(PY_WHEEL_DIR)/*.whl $(PY_WHEEL_DIR)/*.tar.gz
+
+# A fresh venv with no Rust on PATH (nor cargo's environment): pip must take
+# the wheel as it is, never build. The test tools (pytest, dask, uvloop, ...)
+# come from ./.venv through a .pth file placed after the venv's own
+# site-packages, so nothing is fetched and the wheel's wspool is the one
+# imported (checked before the suite runs).
+test-wheel: wheel python-test-deps
+	rm -rf $(PY_WHEEL_VENV)
+	"$$($(PYTHON) -c 'import sys; print(sys.executable)')" -m venv $(PY_WHEEL_VENV)
+	env -u CARGO_HOME -u RUSTUP_HOME -u CARGO_TARGET_DIR PATH="$(abspath $(PY_WHEEL_VENV))/bin:/usr/bin:/bin" \
+	  bash -c '! command -v cargo && ! command -v rustc && \
+	  $(PY_WHEEL_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-index --only-binary :all: $(PY_WHEEL_DIR)/*.whl'
+	$(PY_WHEEL_VENV)/bin/python -c 'import site, sys; open(site.getsitepackages()[0] + "/zz-wspool-test-tools.pth", "w").write(sys.argv[1] + "\n")' \
+	  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	cd tests/python && env -u CARGO_HOME -u RUSTUP_HOME PATH="$(abspath $(PY_WHEEL_VENV))/bin:/usr/bin:/bin" \
+	  $(abspath $(PY_WHEEL_VENV))/bin/python -c 'import wspool, sys; p = wspool.__file__; print("test-wheel: wspool from", p); sys.exit(0 if "/wheel-venv/" in p else 1)'
+	cd tests/python && env -u CARGO_HOME -u RUSTUP_HOME PATH="$(abspath $(PY_WHEEL_VENV))/bin:/usr/bin:/bin" \
+	  $(abspath $(PY_WHEEL_VENV))/bin/python -m pytest -p no:cacheprovider -q .
