@@ -93,10 +93,15 @@ c-examples: c-lib
 
 demo-c: c-examples
 	@echo; echo "== C examples (examples-c/; docs/c-api.md)"
-	$(C_EXAMPLE_BIN)/hello | tail -n 4
-	$(C_EXAMPLE_BIN)/fork_join
-	$(C_EXAMPLE_BIN)/pipeline | tail -n 3
-	$(C_EXAMPLE_BIN)/stats_watch 2
+	@echo "-- hello.c: 100,001 tasks through the C API, the pool's stats after (where workers found them)"
+	@$(C_EXAMPLE_BIN)/hello | tail -n 4
+	@echo "-- fork_join.c: a recursive sum and fib(32) split with wspool_join, beside the same work on one thread (2 workers)"
+	@$(C_EXAMPLE_BIN)/fork_join
+	@echo "-- pipeline.c: events of 8 accounts through serial queues: any worker runs them, each account's order is kept"
+	@$(C_EXAMPLE_BIN)/pipeline | tail -n 3
+	@echo "-- stats_watch.c: 2 s of mixed load (CPU bursts, blocking regions, fork-join) seen through wspool_stats_get;"
+	@echo "   threads grow for the blocking regions, 'queued' is the backlog, p99 the sampled queue delay"
+	@$(C_EXAMPLE_BIN)/stats_watch 2
 
 # ------------------------------------------------------------------ tests ---
 
