@@ -222,6 +222,7 @@ c-install: c-lib
 	install -m 644 $(C_RELEASE)/libwspool.a $(C_INST_LIB)/libwspool.a
 	strip --strip-debug $(C_INST_LIB)/libwspool.a
 	install -m 644 $(C_HEADER) $(C_INST_INC)/libwspool.h
+	install -m 644 include/wspool.hpp $(C_INST_INC)/wspool.hpp
 	install -m 644 ffi/pkg/tsan.supp $(C_INST_SHARE)/tsan.supp
 	$(C_SUBST) ffi/pkg/wspool.pc.in > $(C_INST_LIB)/pkgconfig/wspool.pc
 	$(C_SUBST) ffi/pkg/wspool-static.pc.in > $(C_INST_LIB)/pkgconfig/wspool-static.pc
@@ -229,7 +230,7 @@ c-install: c-lib
 	$(C_SUBST) ffi/pkg/wspoolConfigVersion.cmake.in > $(C_INST_LIB)/cmake/wspool/wspoolConfigVersion.cmake
 	@echo "installed libwspool $(C_VERSION) under $(DESTDIR)$(PREFIX):"
 	@echo "  lib/libwspool.so.$(C_VERSION) (+ libwspool.so.$(C_VERSION_MAJOR), libwspool.so links)  lib/libwspool.a"
-	@echo "  include/libwspool.h  lib/pkgconfig/wspool.pc  lib/pkgconfig/wspool-static.pc  lib/cmake/wspool/"
+	@echo "  include/libwspool.h  include/wspool.hpp (C++)  lib/pkgconfig/wspool.pc  lib/pkgconfig/wspool-static.pc  lib/cmake/wspool/"
 	@echo "  share/wspool/tsan.supp (ThreadSanitizer suppressions for programs using the library; docs/c-api.md)"
 	@echo "run time: programs linked through wspool.pc or CMake carry an rpath to $(PREFIX)/lib and run as is;"
 	@echo "  for programs linked otherwise, run 'ldconfig' (PREFIX /usr/local, as root) or add $(PREFIX)/lib"
