@@ -74,6 +74,7 @@ pub use serial::SerialQueue;
 pub use stats::Stats;
 pub use task::{TaskHandle, TaskState};
 pub use worker::current_index;
+pub use priority::{HIGH_BURST, LOW_DEFERS, Priority};
 
 /// Internals exposed for the loom model checks (`--cfg loom`) only.
 #[cfg(loom)]

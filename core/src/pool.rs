@@ -8,6 +8,7 @@ use crate::error::{BatchError, ConfigError, ShutdownTimedOut, SpawnError, Submit
 use crate::group::Group;
 use crate::growth::Monitor;
 use crate::job::HeapJob;
+use crate::priority::Priority;
 use crate::join::{join_foreign, join_on_worker};
 use crate::registry::Registry;
 use crate::scope::{Scope, run_scope};
@@ -49,6 +50,12 @@ pub struct SpawnOptions<'a> {
     /// its handle (off the pool, or timed) expires it at the deadline
     /// itself. A deadline already past is accepted and expires.
     pub deadline: Option<Instant>,
+    /// Where the task waits relative to other queued work ([`Priority`]:
+    /// `High` before, `Low` behind with aging). Applies to submissions from
+    /// outside the pool; a pool thread's submission keeps the ordinary
+    /// order, and a lane's task takes the lane's priority
+    /// ([`Pool::lane_with_priority`]).
+    pub priority: Priority,
 }
 
 /// A work-stealing thread pool. Cheap to clone; when the last clone is
@@ -146,8 +153,8 @@ impl Pool {
         if let Err(kind) = self.check_owner(&opts) {
             return Err(SpawnError::new(kind, f));
         }
-        if let Some(deadline) = opts.deadline {
-            return self.spawn_expiring(opts, deadline, f);
+        if opts.deadline.is_some() || opts.priority != Priority::Normal {
+            return self.spawn_special(opts, f);
         }
         match (opts.serial, opts.group) {
             (Some(serial), group) => serial.spawn_in(group, None, f),
@@ -156,23 +163,24 @@ impl Pool {
         }
     }
 
-    /// `spawn_with` of a task with a deadline: its job is wrapped to expire
-    /// (`deadline.rs`). Out of line: the plain paths never see it.
+    /// `spawn_with` of a task with a deadline (its job is wrapped to
+    /// expire, `deadline.rs`) or a priority (`priority.rs`). Out of line:
+    /// the plain paths never see it.
     #[inline(never)]
-    fn spawn_expiring<F: FnOnce() + Send + 'static>(
-        &self,
-        opts: SpawnOptions<'_>,
-        deadline: Instant,
-        f: F,
-    ) -> Result<(), SpawnError<F>> {
+    fn spawn_special<F: FnOnce() + Send + 'static>(&self, opts: SpawnOptions<'_>, f: F) -> Result<(), SpawnError<F>> {
         let registry = self.registry();
+        let expiring = |job| match opts.deadline {
+            Some(deadline) => crate::deadline::wrap(job, deadline, registry),
+            None => job,
+        };
         match (opts.serial, opts.group) {
-            (Some(serial), group) => serial.spawn_in(group, Some(deadline), f),
-            (None, Some(group)) => registry.submit_job(f, opts.global, |f| {
-                crate::deadline::wrap(HeapJob::into_job_ref(group.bind(f)), deadline, registry)
+            (Some(serial), group) => serial.spawn_in(group, opts.deadline, f),
+            (None, Some(group)) => registry.submit_job_at(f, opts.global, opts.priority, |f| {
+                expiring(HeapJob::into_job_ref(group.bind(f)))
             }),
-            (None, None) => registry
-                .submit_job(f, opts.global, |f| crate::deadline::wrap(HeapJob::into_job_ref(f), deadline, registry)),
+            (None, None) => {
+                registry.submit_job_at(f, opts.global, opts.priority, |f| expiring(HeapJob::into_job_ref(f)))
+            }
         }
     }
 
@@ -212,7 +220,8 @@ impl Pool {
         if let Err(kind) = self.check_owner(&opts) {
             return Err(BatchError::new(kind, Vec::new(), tasks));
         }
-        if opts.group.is_none() && opts.serial.is_none() && opts.deadline.is_none() {
+        if opts.group.is_none() && opts.serial.is_none() && opts.deadline.is_none() && opts.priority == Priority::Normal
+        {
             let into_job = |f| (HeapJob::into_job_ref(f), ());
             return self.registry().submit_batch(tasks, opts.global, into_job).map(drop);
         }
@@ -278,28 +287,29 @@ impl Pool {
             return Err(SpawnError::new(kind, f));
         }
         let registry = self.registry();
-        match (opts.serial, opts.group, opts.deadline) {
-            (Some(serial), group, deadline) => return serial.submit_in(group, deadline, f),
-            (None, Some(group), None) => return group.submit_inner(f, opts.global),
-            (None, Some(group), Some(deadline)) => {
+        let special = opts.deadline.is_some() || opts.priority != Priority::Normal;
+        match (opts.serial, opts.group, special) {
+            (Some(serial), group, _) => return serial.submit_in(group, opts.deadline, f),
+            (None, Some(group), false) => return group.submit_inner(f, opts.global),
+            (None, Some(group), true) => {
                 let mut handle = None;
-                registry.submit_job(f, opts.global, |f| {
-                    let (h, job) = TaskHandle::with_deadline(registry, group.bind_handled(f), true, Some(deadline));
+                registry.submit_job_at(f, opts.global, opts.priority, |f| {
+                    let (h, job) = TaskHandle::with_deadline(registry, group.bind_handled(f), true, opts.deadline);
                     handle = Some(h);
                     job
                 })?;
                 return Ok(handle.expect("submit_job builds the job when it accepts"));
             }
-            (None, None, Some(deadline)) => {
+            (None, None, true) => {
                 let mut handle = None;
-                registry.submit_job(f, opts.global, |f| {
-                    let (h, job) = TaskHandle::with_deadline(registry, f, true, Some(deadline));
+                registry.submit_job_at(f, opts.global, opts.priority, |f| {
+                    let (h, job) = TaskHandle::with_deadline(registry, f, true, opts.deadline);
                     handle = Some(h);
                     job
                 })?;
                 return Ok(handle.expect("submit_job builds the job when it accepts"));
             }
-            (None, None, None) => {}
+            (None, None, false) => {}
         }
         let mut handle = None;
         registry.submit_job(f, opts.global, |f| {
@@ -343,7 +353,7 @@ impl Pool {
 
     /// A new serial queue on this pool: a lane of 1.
     pub fn serial(&self) -> SerialQueue {
-        SerialQueue::new(self.registry().clone(), 1)
+        SerialQueue::new(self.registry().clone(), 1, Priority::Normal)
     }
 
     /// A new lane on this pool: a serial queue that runs up to `limit` of
@@ -353,7 +363,15 @@ impl Pool {
     /// queue, one task per turn. Submit to it like to a serial queue
     /// ([`SpawnOptions::serial`], [`SerialQueue::spawn`]).
     pub fn lane(&self, limit: usize) -> SerialQueue {
-        SerialQueue::new(self.registry().clone(), limit.max(1))
+        SerialQueue::new(self.registry().clone(), limit.max(1), Priority::Normal)
+    }
+
+    /// [`Pool::lane`] whose turns wait at `priority` (see [`Priority`]):
+    /// a `High` lane's next task goes before other queued work, a `Low`
+    /// one's behind it (aged). Its tasks' own `SpawnOptions::priority` is
+    /// not used: the lane's applies.
+    pub fn lane_with_priority(&self, limit: usize, priority: Priority) -> SerialQueue {
+        SerialQueue::new(self.registry().clone(), limit.max(1), priority)
     }
 
     /// A snapshot of the counters.

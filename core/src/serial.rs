@@ -22,6 +22,7 @@ use std::time::Instant;
 use crate::error::SpawnError;
 use crate::group::Group;
 use crate::job::{HeapJob, JobRef, JobVTable, Payload};
+use crate::priority::Priority;
 use crate::registry::{Registry, drop_payload};
 use crate::sync::lock;
 use crate::task::TaskHandle;
@@ -37,6 +38,8 @@ pub struct SerialQueue {
 
 struct SerialInner {
     registry: Arc<Registry>,
+    /// Where the turns wait (`Pool::lane_with_priority`).
+    priority: Priority,
     state: Mutex<SerialState>,
 }
 
@@ -62,7 +65,7 @@ impl SerialInner {
     fn schedule(self: &Arc<Self>) {
         let data = NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
         // SAFETY: an Arc reference handed to the job, read back by TURN.
-        self.registry.push_turn(unsafe { JobRef::from_pointer(data, &Self::TURN) });
+        self.registry.push_turn_at(unsafe { JobRef::from_pointer(data, &Self::TURN) }, self.priority);
     }
 
     unsafe fn turn_of(payload: *mut Payload) -> Arc<Self> {
@@ -150,11 +153,12 @@ impl SerialInner {
 }
 
 impl SerialQueue {
-    pub(crate) fn new(registry: Arc<Registry>, limit: usize) -> SerialQueue {
+    pub(crate) fn new(registry: Arc<Registry>, limit: usize, priority: Priority) -> SerialQueue {
         debug_assert!(limit >= 1);
         SerialQueue {
             inner: Arc::new(SerialInner {
                 registry,
+                priority,
                 state: Mutex::new(SerialState { tasks: VecDeque::new(), queued: 0, running: 0, limit }),
             }),
         }

@@ -74,6 +74,8 @@ pub(crate) struct WorkerThread {
     steal_first: bool,
     rng: Cell<u64>,
     tick: Cell<u32>,
+    /// High-priority jobs taken in a row (`take_high`).
+    high_run: Cell<u32>,
     /// The isolation region of the task running now (0 between tasks);
     /// see `isolation.rs`. Jobs this thread submits inherit it.
     pub(crate) region: Cell<Tag>,
@@ -189,6 +191,7 @@ impl WorkerThread {
             steal_first,
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
             tick: Cell::new(0),
+            high_run: Cell::new(0),
             region: Cell::new(0),
             next_region: Cell::new(0),
             help_depth: Cell::new(0),
@@ -474,6 +477,12 @@ impl WorkerThread {
             return Some(job);
         }
         let steal = || if searching { self.steal(None) } else { None };
+        // High-priority work first (`priority.rs`): one load while unused.
+        if self.registry.prio.has_high()
+            && let Some(job) = self.take_high()
+        {
+            return Some(job);
+        }
         if self.steal_first { steal().or_else(|| self.take_global()) } else { self.take_global().or_else(steal) }
     }
 
@@ -493,6 +502,24 @@ impl WorkerThread {
             Source::Stolen => &c.steals,
         });
     }
+    /// A high-priority job, unless this worker took `HIGH_BURST` in a row:
+    /// then it passes once, and takes ordinary work (the bounded bypass).
+    #[cold]
+    #[inline(never)]
+    fn take_high(&self) -> Option<JobRef> {
+        let run = self.high_run.get();
+        if run >= crate::priority::HIGH_BURST {
+            self.high_run.set(0);
+            return None;
+        }
+        let job = self.registry.prio.pop_high();
+        self.high_run.set(if job.is_some() { run + 1 } else { 0 });
+        if job.is_some() {
+            self.count(Source::Global);
+        }
+        job
+    }
+
 
     /// Global work, oldest first: own inbox, other workers' inboxes, then a
     /// batch from the injector.

@@ -70,6 +70,8 @@ pub(crate) struct Registry {
     /// Cached `config.tracks_queue()`.
     tracks_queue: bool,
     pub(crate) injector: Injector<JobRef>,
+    /// Jobs submitted at a priority other than normal (`priority.rs`).
+    pub(crate) prio: crate::priority::PrioQueues,
     pub(crate) slots: Box<[Slot]>,
     pub(crate) sleep: Sleep,
     /// Live worker threads (reserved before spawn, released at retirement).
@@ -124,6 +126,7 @@ impl Registry {
             injector: Injector::new(),
             slots,
             sleep: Sleep::new(max),
+            prio: Default::default(),
             threads: AtomicUsize::new(0),
             high_water: AtomicUsize::new(0),
             compensation: Compensation::default(),

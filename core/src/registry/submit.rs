@@ -16,6 +16,7 @@ use crate::config::{Growth, Reject};
 use crate::error::{SpawnError, SubmitErrorKind};
 use crate::here::{Here, here};
 use crate::job::{JobRef, JobVTable, Payload, Tag};
+use crate::priority::Priority;
 use crate::stats::{self, bump};
 use crate::worker::WorkerThread;
 
@@ -223,6 +224,59 @@ impl Registry {
         }
     }
 
+    /// [`Registry::submit_job`] at a priority. `Normal`, or a submission
+    /// from one of the pool's own threads, is `submit_job` itself (see
+    /// `Priority` for why a pool thread's submission keeps the ordinary
+    /// order); otherwise the admitted job waits in the priority queues.
+    #[inline(always)]
+    pub(crate) fn submit_job_at<F>(
+        self: &Arc<Self>,
+        task: F,
+        global: bool,
+        priority: Priority,
+        into_job: impl FnOnce(F) -> JobRef,
+    ) -> Result<(), SpawnError<F>> {
+        if priority == Priority::Normal {
+            return self.submit_job(task, global, into_job);
+        }
+        self.submit_prioritized(task, global, priority, into_job)
+    }
+
+    #[inline(never)]
+    fn submit_prioritized<F>(
+        self: &Arc<Self>,
+        task: F,
+        global: bool,
+        priority: Priority,
+        into_job: impl FnOnce(F) -> JobRef,
+    ) -> Result<(), SpawnError<F>> {
+        let here = here();
+        let worker = self.worker_at(here);
+        if worker.is_some() {
+            return self.submit_job(task, global, into_job);
+        }
+        let mut open = match self.open_submission_at(here, None) {
+            Ok(open) => open,
+            Err(kind) => return Err(SpawnError::new(kind, task)),
+        };
+        match self.admit(None) {
+            Err(kind) => Err(SpawnError::new(kind, task)),
+            Ok(Admission::RunOnCaller) => {
+                open.count_task(None);
+                drop(open);
+                self.run_on_caller(into_job(task));
+                Ok(())
+            }
+            Ok(Admission::Queue) => {
+                open.count_task(None);
+                // The ticket (`open`) is given back after the token is
+                // visible in the global queue.
+                self.push_prio(into_job(task), priority);
+                Ok(())
+            }
+        }
+    }
+
     /// Pushes a job that bypasses admission (the second half of a `join`):
     /// it must run, so it cannot be refused. The caller holds an open
     /// submission if it is a foreign thread.
@@ -235,6 +289,17 @@ impl Registry {
     /// helping waiter (see `isolation.rs`).
     pub(crate) fn push_turn(self: &Arc<Self>, job: JobRef) {
         self.push_uncounted(self.current_worker(), job.never_help(), true);
+    }
+
+    /// A prioritized lane's turn: counted like any turn, queued at the
+    /// lane's priority. A foreign caller holds an open submission (the
+    /// lane's `enqueue`) or is a turn itself (a pool thread).
+    pub(crate) fn push_turn_at(self: &Arc<Self>, job: JobRef, priority: Priority) {
+        if priority == Priority::Normal {
+            return self.push_turn(job);
+        }
+        self.count_queued_uncounted();
+        self.push_prio(job.never_help(), priority);
     }
 
     /// `push_internal` of a new job for a caller that knows it is `worker`
@@ -254,7 +319,7 @@ impl Registry {
     /// A job that bypassed admission still occupies the queue while it
     /// waits there (`on_dequeue` takes it off).
     #[inline(always)]
-    fn count_queued_uncounted(&self) {
+    pub(crate) fn count_queued_uncounted(&self) {
         if self.tracks_queue {
             self.queued.fetch_add(1, SeqCst);
         }
