@@ -105,7 +105,7 @@ python-test-deps: $(PY_CLIENTS_STAMP)
 test-python: python-install python-test-deps
 	$(PY_ENV) $(PY) -m pytest -p no:cacheprovider tests/python
 	cd tests/python && $(PY_ENV) $(PY) -m mypy.stubtest wspool._wspool
-	$(PY_ENV) $(PY) -m mypy --strict --no-incremental bindings/python/python/wspool bench/python/bench.py
+	$(PY_ENV) $(PY) -m mypy --strict --no-incremental bindings/python/python/wspool bench/python/bench.py bench/python/nested_waits.py
 
 # The extension built by cargo (the features maturin uses) beside the
 # package's Python sources: importable without pip, maturin or a venv.

@@ -44,9 +44,9 @@ def settled(pool: wspool.Pool) -> wspool.Stats:
 
 def main() -> None:
     rows: list[tuple[str, wspool.Stats]] = []
-    # growth="adaptive" opts in to threads beyond max_workers for blocking()
-    # regions and waits inside tasks (the default keeps ThreadPoolExecutor's bound).
-    with wspool.Pool(max_workers=2, growth="adaptive") as pool:
+    # The default lends threads to blocking() regions and to waits inside
+    # tasks, while max_workers still bounds the calls executing at once.
+    with wspool.Pool(max_workers=2) as pool:
         print(f"submit(pow, 2, 10).result() = {pool.submit(pow, 2, 10).result()}")
         t0 = time.perf_counter()
         total = sum(pool.map(abs, range(-100_000, 0)))

@@ -148,7 +148,15 @@ pub(crate) fn release_thread_state() {
 fn forget_dummy_thread(py: Python<'_>) -> PyResult<()> {
     let threading = py.import("threading")?;
     let ident = threading.call_method0("get_ident")?;
-    threading.getattr("_active")?.call_method1("pop", (ident, py.None()))?;
+    let thread = threading.getattr("_active")?.call_method1("pop", (ident, py.None()))?;
+    // 3.13+: the thread handle made for this OS thread is not tied to its
+    // thread state; marking it done is what makes `join()` return and
+    // `is_alive()` false (3.9-3.12: the sentinel, released with the state).
+    if let Ok(handle) = thread.getattr("_handle")
+        && handle.hasattr("_set_done")?
+    {
+        handle.call_method0("_set_done")?;
+    }
     Ok(())
 }
 

@@ -28,6 +28,8 @@ struct State {
     free: usize,
     /// Calls back from a region, waiting for a permit: they go first.
     returning: usize,
+    /// Threads waiting for a permit (of either kind).
+    waiters: usize,
 }
 
 pub(crate) struct Permits {
@@ -47,7 +49,7 @@ thread_local! {
 
 impl Permits {
     pub(crate) fn new(n: usize) -> Arc<Permits> {
-        Arc::new(Permits { state: Mutex::new(State { free: n, returning: 0 }), cv: Condvar::new() })
+        Arc::new(Permits { state: Mutex::new(State { free: n, returning: 0, waiters: 0 }), cv: Condvar::new() })
     }
 
     /// Blocks (the caller has released the GIL) until a permit is free.
@@ -57,7 +59,9 @@ impl Permits {
             st.returning += 1;
         }
         while st.free == 0 || (!returning && st.returning > 0) {
+            st.waiters += 1;
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.waiters -= 1;
         }
         st.free -= 1;
         if returning {
@@ -66,10 +70,15 @@ impl Permits {
     }
 
     fn release(&self) {
-        lock(&self.state).free += 1;
+        let mut st = lock(&self.state);
+        st.free += 1;
         // Both kinds of waiter share the condition variable: wake them all
-        // and let the rule in `acquire` choose (few ever wait at once).
-        self.cv.notify_all();
+        // and let the rule in `acquire` choose (few ever wait at once). The
+        // count is read under the lock a waiter holds until it sleeps, so
+        // none is missed; with none, no wake-up system call per call.
+        if st.waiters > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Runs a call's `f` holding a permit (taken with the GIL released: the
