@@ -115,7 +115,19 @@ private:
 class task_cancelled : public error {
 public:
     task_cancelled() : error(WSPOOL_ECANCELLED, "wspool: the task was cancelled before it ran") {}
+
+protected:
+    task_cancelled(int status, const std::string& what) : error(status, what) {}
 };
+
+#ifdef WSPOOL_EEXPIRED
+/// The task's deadline (wspool_submit_opts.deadline_ns) passed before it
+/// started: it never ran. A task_cancelled, with status WSPOOL_EEXPIRED.
+class task_expired : public task_cancelled {
+public:
+    task_expired() : task_cancelled(WSPOOL_EEXPIRED, "wspool: the task's deadline passed before it started") {}
+};
+#endif
 
 namespace detail {
 [[noreturn]] inline void throw_status(int status, const char* call) {
@@ -123,6 +135,9 @@ namespace detail {
     const char* last = wspool_last_error();
     if (last && *last) msg += std::string(" (") + last + ")";
     if (status == WSPOOL_ECANCELLED) throw task_cancelled();
+#ifdef WSPOOL_EEXPIRED
+    if (status == WSPOOL_EEXPIRED) throw task_expired();
+#endif
     throw error(status, msg);
 }
 inline void check(int status, const char* call) {
@@ -433,8 +448,25 @@ struct stats : wspool_stats {
     stats() noexcept : wspool_stats() { wspool_stats_init(static_cast<wspool_stats*>(this)); }
 };
 
-enum class task_state { pending = WSPOOL_TASK_PENDING, running = WSPOOL_TASK_RUNNING,
-                        done = WSPOOL_TASK_DONE, cancelled = WSPOOL_TASK_CANCELLED };
+enum class task_state {
+    pending = WSPOOL_TASK_PENDING,
+    running = WSPOOL_TASK_RUNNING,
+    done = WSPOOL_TASK_DONE,
+    cancelled = WSPOOL_TASK_CANCELLED,
+#ifdef WSPOOL_TASK_EXPIRED
+    expired = WSPOOL_TASK_EXPIRED,
+#endif
+};
+
+namespace detail {
+/// A wait's status that means "dropped unrun": cancelled, or expired.
+inline bool dropped(int st) noexcept {
+#ifdef WSPOOL_EEXPIRED
+    if (st == WSPOOL_EEXPIRED) return true;
+#endif
+    return st == WSPOOL_ECANCELLED;
+}
+}  // namespace detail
 
 class pool;
 class group;
@@ -583,12 +615,12 @@ public:
         if constexpr (!std::is_void_v<T>) return std::move(*keep.s_->value);
     }
 
-    /// Waits until the task ran or was cancelled (untimed: helps on a pool thread).
+    /// Waits until the task ran or was dropped (untimed: helps on a pool
+    /// thread); throws wspool::task_cancelled when it was dropped unrun
+    /// (wspool::task_expired, a task_cancelled, when its deadline passed).
     void wait() const {
         if (!s_) throw error(WSPOOL_EINVAL, "wspool::task: no task (moved from, or get() already called)");
-        int st = wspool_task_wait(h_, -1);
-        if (st == WSPOOL_ECANCELLED) throw task_cancelled();
-        detail::check(st, "wspool_task_wait");
+        detail::check(wspool_task_wait(h_, -1), "wspool_task_wait");  // task_cancelled when dropped unrun
     }
 
     /// std::future_status::ready once it ran or was cancelled (get() then
@@ -598,7 +630,7 @@ public:
         if (!s_) throw error(WSPOOL_EINVAL, "wspool::task: no task");
         auto ms = std::chrono::ceil<std::chrono::milliseconds>(d).count();
         int st = wspool_task_wait(h_, ms < 0 ? 0 : static_cast<int64_t>(ms));
-        if (st == WSPOOL_OK || st == WSPOOL_ECANCELLED) return std::future_status::ready;
+        if (st == WSPOOL_OK || detail::dropped(st)) return std::future_status::ready;
         if (st == WSPOOL_ETIMEDOUT) return std::future_status::timeout;
         detail::throw_status(st, "wspool_task_wait");
     }
@@ -609,7 +641,7 @@ public:
         if (!s_) return false;
         int st = wspool_task_cancel(h_);
         if (st == WSPOOL_OK) return true;
-        if (st == WSPOOL_EBUSY || st == WSPOOL_ECANCELLED) return false;
+        if (st == WSPOOL_EBUSY || detail::dropped(st)) return false;
         detail::throw_status(st, "wspool_task_cancel");
     }
 

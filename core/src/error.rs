@@ -135,6 +135,12 @@ pub enum TaskError {
     /// The task had not started by its deadline
     /// ([`crate::SpawnOptions::deadline`]) and was never run.
     Expired,
+    /// The wait could never succeed, so it did not start: a task waiting
+    /// (untimed) on its own handle, on a group it is a member of, or on a
+    /// task queued behind it on its own serial queue (a lane of 1). The
+    /// awaited work is untouched; the caller's own task goes on. C's
+    /// `WSPOOL_EDEADLK`, Python's `RuntimeError`.
+    WouldDeadlock,
 }
 
 impl TaskError {
@@ -144,7 +150,7 @@ impl TaskError {
             TaskError::Panicked(p) => {
                 p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(|s| s.as_str()))
             }
-            TaskError::Cancelled | TaskError::Expired => None,
+            TaskError::Cancelled | TaskError::Expired | TaskError::WouldDeadlock => None,
         }
     }
 }
@@ -157,6 +163,7 @@ impl fmt::Debug for TaskError {
             }
             TaskError::Cancelled => f.write_str("Cancelled"),
             TaskError::Expired => f.write_str("Expired"),
+            TaskError::WouldDeadlock => f.write_str("WouldDeadlock"),
         }
     }
 }
@@ -170,6 +177,9 @@ impl fmt::Display for TaskError {
             },
             TaskError::Cancelled => f.write_str("task cancelled before it started"),
             TaskError::Expired => f.write_str("task expired: not started by its deadline"),
+            TaskError::WouldDeadlock => {
+                f.write_str("wait would deadlock: the waiting task itself holds what it waits for")
+            }
         }
     }
 }

@@ -22,6 +22,9 @@ pub(crate) struct Here {
     /// Where the job running on this thread counts its completion, until
     /// it has (`stats::count_completion_now`).
     pub(crate) completion: Cell<Completion>,
+    /// The group whose member task runs on this thread now (innermost), so
+    /// that its untimed wait on that group fails instead of hanging.
+    pub(crate) group: Cell<*const ()>,
 }
 
 thread_local! {
@@ -31,6 +34,7 @@ thread_local! {
             stripe: Cell::new(usize::MAX),
             sample_tick: Cell::new(0),
             completion: Cell::new(Completion::NOWHERE),
+            group: Cell::new(std::ptr::null()),
         }
     };
 }

@@ -34,6 +34,11 @@ pub(crate) trait Awaitable {
     fn register_sleeper(&self, registry: &Arc<Registry>, index: usize);
     /// Undoes `register_sleeper`.
     fn unregister_sleeper(&self, index: usize);
+    /// What a snapshot says a pool thread waiting on this waits on
+    /// (`dump::wait_note`), and its identity.
+    fn wait_note(&self) -> (u64, usize) {
+        (crate::dump::WAIT_OTHER, self as *const Self as *const () as usize)
+    }
 }
 
 /// Waiters' side of a heap-allocated latch: a condvar for foreign threads and

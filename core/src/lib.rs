@@ -33,6 +33,7 @@ mod config;
 mod cq;
 mod deadline;
 mod deque;
+mod dump;
 mod error;
 mod group;
 mod growth;
@@ -62,6 +63,10 @@ pub use deadline::{expiring, monotonic_now_ns};
 pub use cq::{
     CloseMode, CompletionQueue, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError,
     DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET,
+};
+pub use dump::{
+    DEFAULT_STALL_AFTER, MonitorAction, MonitorDecision, MonitorReason, PoolDump, QueueDump, ThreadDump, ThreadState,
+    WaitTarget,
 };
 pub use error::{BatchError, ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
 pub use group::{Group, GroupPlace, LocalGroup};

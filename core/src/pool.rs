@@ -379,6 +379,32 @@ impl Pool {
         self.registry().stats()
     }
 
+    /// A snapshot of what every thread and queue is doing now, and the
+    /// monitor's recent decisions; `to_string()` gives the human report
+    /// (`docs/diagnosis.md`). The pool keeps running while it is taken: it
+    /// is a sample (see [`PoolDump`](crate::PoolDump)), and durations in it
+    /// are lower bounds.
+    pub fn dump(&self) -> crate::PoolDump {
+        self.registry().dump()
+    }
+
+    /// Reports stalls to `handler`: when queued work has not moved for
+    /// `after` (default [`DEFAULT_STALL_AFTER`](crate::DEFAULT_STALL_AFTER))
+    /// while every thread is occupied, the pool calls `handler` with a
+    /// snapshot, once per episode (the episode ends when work moves again
+    /// or the queues empty), from its monitor thread; every episode is
+    /// counted in [`Stats::stalls`]. `None` removes the handler: the report
+    /// then goes to standard error if the environment variable
+    /// `WSPOOL_STALL_REPORT` was set (not `0`) when the pool was built, else
+    /// nowhere. The pool watches for stalls while a handler is set or the
+    /// variable is: starting a watch on a pool without a monitor thread
+    /// (a `Fixed` pool, say) starts one, which only watches.
+    pub fn set_stall_handler(&self, after: Duration, handler: Option<Box<dyn Fn(&crate::PoolDump) + Send + Sync>>) {
+        let registry = self.registry();
+        registry.diag.set_stall_handler(after, handler.map(std::sync::Arc::from));
+        let _ = Monitor::ensure_watching(registry);
+    }
+
     /// Stops the pool: no new work is accepted (`SubmitErrorKind::Shutdown`),
     /// queued work is run (`Drain`) or dropped unrun (`Cancel`), and the
     /// threads are joined, waiting at most `timeout` (`None`: forever) for

@@ -74,6 +74,10 @@ pub struct Stats {
     /// Accepted tasks not started by their deadline, dropped unrun (not
     /// counted in `cancelled` nor `completed`).
     pub expired: u64,
+    /// Stall episodes: queued work stood still for the stall threshold
+    /// while every thread was occupied (`Pool::set_stall_handler`); each
+    /// episode is counted once, reported or not.
+    pub stalls: u64,
 }
 
 /// One worker slot's counters. Only the thread occupying the slot writes.
@@ -103,6 +107,20 @@ pub(crate) struct WorkerCounters {
     /// workers take its inbox (global work it has not started) before new
     /// global work, so that work neither waits behind it nor loses its order.
     pub(crate) stalled: std::sync::atomic::AtomicBool,
+    /// What an idle worker does (`dump::SEARCHING`, `SPINNING`, `PARKED`):
+    /// written only on the idle paths (before and after a spin or a park),
+    /// never per task; read by `Pool::dump`.
+    pub(crate) activity: std::sync::atomic::AtomicU8,
+    /// Set by the monitor's injection (`dump::ORIGIN_*`), once per thread.
+    pub(crate) origin: std::sync::atomic::AtomicU8,
+    /// What a wait of this worker waits on (`dump::WaitNote`, packed), 0
+    /// outside waits: written by a wait once it did not succeed at once.
+    pub(crate) wait_note: AtomicU64,
+    /// The address of what it waits on (an identity, never dereferenced).
+    pub(crate) wait_id: AtomicUsize,
+    /// The occupying thread's `Here` address: task handles record their
+    /// runner's, and the dump maps it back to a worker index.
+    pub(crate) here_addr: AtomicUsize,
 }
 
 /// Single-writer increment: no locked instruction.

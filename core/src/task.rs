@@ -4,8 +4,8 @@ use std::cell::UnsafeCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU8;
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicU8, AtomicUsize};
 use std::time::{Duration, Instant};
 
 use crate::error::TaskError;
@@ -53,6 +53,11 @@ struct TaskCell<T, F> {
     inline_ok: bool,
     /// Not started by then, the task expires instead of running.
     deadline: Option<Instant>,
+    /// The `Here` address of the thread that started it (0: not started):
+    /// one store per start. Read by a waiter on its own thread only to see
+    /// whether it is that thread (its own store, so Relaxed is exact), and
+    /// by snapshots as a hint of who runs it.
+    runner: AtomicUsize,
 }
 
 // SAFETY: `func` and `result` are accessed only by the single owner that
@@ -95,6 +100,7 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
         if self.state.compare_exchange(PENDING, RUNNING, SeqCst, SeqCst).is_err() {
             return false;
         }
+        self.runner.store(crate::here::here() as *const crate::here::Here as usize, Relaxed);
         // SAFETY: we won the CAS out of PENDING.
         let func = unsafe { (*self.func.get()).take() }.expect("a pending task has its closure");
         let result = match catch_unwind(AssertUnwindSafe(func)) {
@@ -161,6 +167,8 @@ trait TaskControl<T>: Send + Sync {
     fn expire(&self) -> bool;
     fn deadline(&self) -> Option<Instant>;
     fn take_result(&self) -> Option<Result<T, TaskError>>;
+    /// The `Here` address of the thread running it, 0 unless RUNNING.
+    fn runner(&self) -> usize;
 }
 
 impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskControl<T> for TaskCell<T, F> {
@@ -190,6 +198,9 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskControl<T> for Ta
     }
     fn deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+    fn runner(&self) -> usize {
+        if self.state.load(SeqCst) == RUNNING { self.runner.load(Relaxed) } else { 0 }
     }
     fn take_result(&self) -> Option<Result<T, TaskError>> {
         if !self.latch.probe() {
@@ -239,6 +250,7 @@ impl<T: Send + 'static> TaskHandle<T> {
             result: UnsafeCell::new(None),
             latch: OnceLatch::default(),
             registry: registry.clone(),
+            runner: AtomicUsize::new(0),
         });
         let job = cell.job_ref();
         (TaskHandle { cell }, job)
@@ -248,7 +260,14 @@ impl<T: Send + 'static> TaskHandle<T> {
     /// a pool thread this helps: if the task has not started it runs it
     /// right here, otherwise it runs work of its own isolation region (see
     /// [`crate::isolate`]) until the task is done.
+    ///
+    /// Called from the task itself (a handle that reached its own task, or
+    /// a nested task waiting on the task it runs inside of), it returns
+    /// `Err(TaskError::WouldDeadlock)` at once: that wait could never end.
     pub fn wait(self) -> Result<T, TaskError> {
+        if self.would_deadlock() {
+            return Err(TaskError::WouldDeadlock);
+        }
         self.wait_for(None);
         self.cell.take_result().unwrap_or(Err(TaskError::Cancelled))
     }
@@ -264,6 +283,10 @@ impl<T: Send + 'static> TaskHandle<T> {
         let latch = self.cell.latch();
         if latch.probe() {
             return true;
+        }
+        if timeout.is_none() && self.would_deadlock() {
+            // Its own task: `None` would never end (see `wait`).
+            return false;
         }
         if let Some(deadline) = self.cell.deadline() {
             return self.wait_with_deadline(timeout, deadline);
@@ -317,7 +340,17 @@ impl<T: Send + 'static> TaskHandle<T> {
             }
         }
         let deadline = timeout.map(|t| Instant::now() + t);
-        wait_on(registry, latch, deadline)
+        wait_on(registry, &TaskWait { latch, runner: self.cell.runner() }, deadline)
+    }
+
+    /// Would an untimed wait on this handle, from the calling thread, wait
+    /// for itself (`TaskError::WouldDeadlock`)? True when the task is
+    /// running on this very thread (further down its stack), or when the
+    /// calling task runs a turn of a serial queue (a lane of 1) on which
+    /// this task is still queued, behind it.
+    pub fn would_deadlock(&self) -> bool {
+        let runner = self.cell.runner();
+        runner != 0 && runner == crate::here::here() as *const crate::here::Here as usize
     }
 
     /// Waits at most `d`; true once the task is finished.
@@ -340,6 +373,31 @@ impl<T: Send + 'static> TaskHandle<T> {
     /// True once the task is done, cancelled or expired.
     pub fn is_finished(&self) -> bool {
         self.cell.latch().probe()
+    }
+}
+
+/// A task's latch as a waiter sees it, with who runs the task (for
+/// snapshots: `dump::task_note`).
+struct TaskWait<'a> {
+    latch: &'a OnceLatch,
+    runner: usize,
+}
+
+impl Awaitable for TaskWait<'_> {
+    fn probe(&self) -> bool {
+        self.latch.probe()
+    }
+    fn block_until(&self, deadline: Option<Instant>) -> bool {
+        self.latch.block_until(deadline)
+    }
+    fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
+        self.latch.register_sleeper(registry, index)
+    }
+    fn unregister_sleeper(&self, index: usize) {
+        self.latch.unregister_sleeper(index)
+    }
+    fn wait_note(&self) -> (u64, usize) {
+        (crate::dump::task_note(self.runner), self.latch as *const OnceLatch as usize)
     }
 }
 

@@ -62,6 +62,9 @@ impl WorkerThread {
         let busy = &self.counters().in_task;
         let outer_busy = busy.swap(0, std::sync::atomic::Ordering::Relaxed);
         let _restore_busy = RestoreBusy(busy, outer_busy);
+        // What this wait waits on, for snapshots (`dump.rs`); nested waits
+        // put the outer one back.
+        let _note = crate::dump::WaitMark::set(self.counters(), latch.wait_note());
         let registry = &self.registry;
         // Set when the waiter first finds nothing to run (not per job run:
         // a clock read costs as much as running a tiny task).

@@ -204,6 +204,9 @@ impl WorkerThread {
         // its counters wrong: abort loudly instead of hanging later.
         let guard = AbortOnUnwind("a wspool worker thread outside any task");
         crate::here::here().set_worker(&worker);
+        // Once per thread: task handles record the `Here` of their runner,
+        // and snapshots map it back to this index.
+        worker.counters().here_addr.store(worker.here as *const crate::here::Here as usize, Relaxed);
         if let Some(hook) = &worker.registry.config.on_thread_start
             && let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(index)))
         {
@@ -305,9 +308,13 @@ impl WorkerThread {
             self.release_queue_memory();
             let keep_alive =
                 (registry.live_threads() > registry.config.min_threads).then_some(registry.config.keep_alive);
+            // For snapshots only; idle path, never per task.
+            let activity = &self.counters().activity;
+            activity.store(crate::dump::PARKED, Relaxed);
             let wake = registry.sleep.park(self.index, searching, keep_alive, |scan| {
                 registry.state() != crate::registry::RUNNING || (scan && registry.has_visible_work())
             });
+            activity.store(crate::dump::SEARCHING, Relaxed);
             searching = true;
             match wake {
                 // Woken from its own CPU: the waker (the thread likely to
@@ -320,6 +327,12 @@ impl WorkerThread {
                 Wake::Notified { .. } => debounce.woken(Instant::now()),
                 Wake::TimedOut => {
                     if registry.try_retire() {
+                        if let Some(idle) = keep_alive {
+                            registry.record_decision(
+                                crate::dump::MonitorAction::Retired(1),
+                                crate::dump::MonitorReason::IdleRetired { idle },
+                            );
+                        }
                         self.stop_searching();
                         return;
                     }
@@ -366,7 +379,10 @@ impl WorkerThread {
         if !registry.sleep.try_start_spinning(registry.live_threads()) {
             return None;
         }
+        let activity = &self.counters().activity;
+        activity.store(crate::dump::SPINNING, Relaxed);
         let found = self.spin_for(budget, searching);
+        activity.store(crate::dump::SEARCHING, Relaxed);
         // A global push skips its wake-up while a worker spins: the last
         // spinner out hands it on if it leaves global work behind. One that
         // found nothing parks next, and its park re-scans.

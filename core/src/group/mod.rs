@@ -57,7 +57,13 @@ impl<F> GroupTask<F> {
         F: FnOnce(),
     {
         let GroupTask { f, member } = self;
-        match catch_unwind(AssertUnwindSafe(f)) {
+        // Marks the member for a self-wait check (`GroupInner::wait_result`);
+        // restored after `f`, which a panic cannot skip (it is caught).
+        let here = crate::here::here();
+        let outer = here.group.replace(member.group_ptr());
+        let ran = catch_unwind(AssertUnwindSafe(f));
+        here.group.set(outer);
+        match ran {
             Ok(()) => {
                 // Counted before the member's release can end a wait.
                 crate::stats::count_completion_now();
@@ -93,9 +99,12 @@ impl GroupInner {
         let task = GroupTask { f, member: self.member() };
         move || {
             let GroupTask { f, member } = task;
+            let here = crate::here::here();
+            let outer = here.group.replace(member.group_ptr());
             // Counted before the member's release can end a wait, also when
             // `f` panics (the handle's cell catches that panic, after this).
             let value = catch_unwind(AssertUnwindSafe(f));
+            here.group.set(outer);
             crate::stats::count_completion_now();
             drop(member);
             value.unwrap_or_else(|payload| resume_unwind(payload))
@@ -123,6 +132,9 @@ impl GroupInner {
 
     /// Waits until empty; then the first panic since the last `wait`.
     fn wait_result(&self) -> Result<(), TaskError> {
+        if self.waited_by_member() {
+            return Err(TaskError::WouldDeadlock);
+        }
         self.wait(None);
         match self.take_panic() {
             Some(p) => Err(TaskError::Panicked(p)),
@@ -131,7 +143,17 @@ impl GroupInner {
     }
 
     fn wait_for(&self, timeout: Option<Duration>) -> bool {
+        if timeout.is_none() && self.waited_by_member() {
+            return false;
+        }
         self.wait(timeout.map(|t| Instant::now() + t))
+    }
+
+    /// Is the caller a task of this group (the innermost group task running
+    /// on its thread)? Its untimed wait could never end: the group counts
+    /// the caller itself as pending. Read on the wait path only.
+    fn waited_by_member(&self) -> bool {
+        std::ptr::eq(crate::here::here().group.get(), self as *const GroupInner as *const ())
     }
 }
 
@@ -201,14 +223,23 @@ impl Group {
     }
 
     /// Waits until the group is empty, helping on a pool thread. Returns the
-    /// first panic of a spawned task since the last `wait`, if any.
+    /// first panic of a spawned task since the last `wait`, if any, or
+    /// `Err(TaskError::WouldDeadlock)` at once when called from a task of
+    /// this group (it would wait for itself).
     pub fn wait(&self) -> Result<(), TaskError> {
         self.inner().wait_result()
     }
 
     /// Waits at most `timeout` (`None`: forever); true if the group emptied.
+    /// `None` from a task of this group returns false at once (see `wait`).
     pub fn wait_for(&self, timeout: Option<Duration>) -> bool {
         self.inner().wait_for(timeout)
+    }
+
+    /// Would an untimed wait on this group, from the calling thread, wait
+    /// for itself (`TaskError::WouldDeadlock`)?
+    pub fn would_deadlock(&self) -> bool {
+        self.inner().waited_by_member()
     }
 
     /// Waits at most `d`; true if the group emptied.

@@ -437,11 +437,22 @@ impl Awaitable for GroupInner {
     fn unregister_sleeper(&self, index: usize) {
         self.signal.unregister_sleeper(index)
     }
+    fn wait_note(&self) -> (u64, usize) {
+        (crate::dump::WAIT_GROUP, self as *const Self as usize)
+    }
 }
 
 /// Counts one task of the group; its drop (run, panicked or cancelled)
 /// uncounts it, so a cancelled task can never leave a waiter hanging.
 pub(crate) struct Member(NonNull<GroupInner>);
+
+impl Member {
+    /// The group's identity, for `Here::group`.
+    #[inline(always)]
+    pub(crate) fn group_ptr(&self) -> *const () {
+        self.0.as_ptr() as *const ()
+    }
+}
 
 // SAFETY: GroupInner is Sync, and the member's count keeps it live.
 unsafe impl Send for Member {}

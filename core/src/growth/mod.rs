@@ -33,6 +33,7 @@ pub(crate) use sample::current_tid;
 
 pub(crate) use compensation::Compensation;
 pub(crate) use monitor::Monitor;
+pub(crate) use sample::{DECLARED, IN_TASK};
 
 use crate::config::Growth;
 use crate::registry::{CANCELLING, LocalQueues, Registry};
@@ -86,6 +87,8 @@ impl Registry {
                 // Before any task: the monitor reads this clock only then.
                 let counters = &registry.slots[index].counters;
                 counters.tid.store(sample::current_tid(), Relaxed);
+                let origin = if injected { crate::dump::ORIGIN_INJECTED } else { crate::dump::ORIGIN_STARTED };
+                counters.origin.store(origin, Relaxed);
                 counters.cpu_clock.store(sample::current_cpu_clock(), Relaxed);
                 WorkerThread::run(registry, index, queues, injected);
             }

@@ -52,6 +52,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::sample::{self, Estimate, Progress, Sampler, Signals};
+use crate::dump::{MonitorAction, MonitorReason};
 use crate::config::Growth;
 use crate::registry::{CANCELLING, Registry};
 use crate::sync::lock;
@@ -96,7 +97,27 @@ struct MonitorState {
 impl Monitor {
     pub(crate) fn start(registry: &Arc<Registry>) -> std::io::Result<()> {
         let config = &registry.config;
-        if config.growth != Growth::Adaptive || config.max_threads <= config.min_threads {
+        let grows = config.growth == Growth::Adaptive && config.max_threads > config.min_threads;
+        if !grows && !registry.diag.stall_watched() {
+            return Ok(());
+        }
+        Self::spawn(registry, grows)
+    }
+
+    /// Starts a monitor thread that only watches for stalls if the pool has
+    /// none (`Pool::set_stall_handler` on a pool that does not grow).
+    pub(crate) fn ensure_watching(registry: &Arc<Registry>) -> std::io::Result<()> {
+        if lock(&registry.monitor.handle).is_some() || lock(&registry.monitor.state).stopped {
+            return Ok(());
+        }
+        Self::spawn(registry, false)
+    }
+
+    fn spawn(registry: &Arc<Registry>, grows: bool) -> std::io::Result<()> {
+        let config = &registry.config;
+        // Under the handle's lock: two racing `ensure_watching` start one thread.
+        let mut slot = lock(&registry.monitor.handle);
+        if slot.is_some() {
             return Ok(());
         }
         let params = Params {
@@ -109,8 +130,8 @@ impl Monitor {
         let weak = Arc::downgrade(registry);
         let nice = config.nice_target;
         let builder = std::thread::Builder::new().name(format!("{}-monitor", config.name));
-        let handle = crate::priority::spawn_at(nice, builder, move || monitor_loop(weak, params))?;
-        *lock(&registry.monitor.handle) = Some(handle);
+        let handle = crate::priority::spawn_at(nice, builder, move || monitor_loop(weak, params, grows))?;
+        *slot = Some(handle);
         Ok(())
     }
 
@@ -188,7 +209,9 @@ impl Monitor {
     }
 }
 
-fn monitor_loop(weak: Weak<Registry>, params: Params) {
+/// `grows`: the monitor adds and retires threads (an Adaptive pool);
+/// otherwise it only watches for stalls.
+fn monitor_loop(weak: Weak<Registry>, params: Params, grows: bool) {
     let mut watcher = Watcher::new(params);
     loop {
         let Some(registry) = weak.upgrade() else { return };
@@ -203,7 +226,12 @@ fn monitor_loop(weak: Weak<Registry>, params: Params) {
         if registry.state() == CANCELLING {
             return;
         }
-        watcher.tick(&registry, idled);
+        // Slow path: a stall report, if anyone listens, and the snapshots'
+        // "for at least" observations while work is queued.
+        registry.watch_stall(Instant::now());
+        if grows {
+            watcher.tick(&registry, idled);
+        }
     }
 }
 
@@ -226,6 +254,8 @@ pub(crate) trait Watched: Signals {
     /// Asks `n` workers to retire between two tasks.
     fn request_retirements(&self, n: usize);
     fn cancel_retirements(&self);
+    /// Keeps a decision and its reason for snapshots (`dump.rs`).
+    fn record_decision(&self, action: MonitorAction, reason: MonitorReason);
 }
 
 impl Watched for Arc<Registry> {
@@ -268,6 +298,9 @@ impl Watched for Arc<Registry> {
     #[inline]
     fn cancel_retirements(&self) {
         self.monitor.cancel_retirements();
+    }
+    fn record_decision(&self, action: MonitorAction, reason: MonitorReason) {
+        Registry::record_decision(self, action, reason);
     }
 }
 
@@ -377,7 +410,15 @@ impl Watcher {
         };
         let (declared, waiting) = pool.compensated();
         let observation = Observation { now, pressure, threads, declared, waiting, done, estimate };
-        match self.controller.tick(&observation, || pool.queued_now()) {
+        let action = self.controller.tick(&observation, || pool.queued_now());
+        if let Some(reason) = self.controller.why.take() {
+            match action {
+                Action::Inject(n) => pool.record_decision(MonitorAction::Added(n), reason),
+                Action::Retire(n) => pool.record_decision(MonitorAction::Retired(n), reason),
+                Action::Nothing => {}
+            }
+        }
+        match action {
             Action::Nothing => {}
             Action::Inject(n) => {
                 pool.cancel_retirements();
@@ -472,6 +513,9 @@ pub(crate) struct Controller {
     unproven: usize,
     /// Throughput windows start after the last change of thread count.
     changed_at: Option<Instant>,
+    /// Why the last `Inject` or `Retire` was returned (taken by the
+    /// `Watcher`, which records it for snapshots).
+    pub(crate) why: Option<MonitorReason>,
 }
 
 impl Controller {
@@ -486,6 +530,7 @@ impl Controller {
             last_progress: None,
             unproven: 0,
             changed_at: None,
+            why: None,
         }
     }
 
@@ -539,7 +584,9 @@ impl Controller {
             // Rule 2 of the module comment: growth cannot hurt a pool in which
             // nothing computes; a probe in flight is superseded.
             self.probe = None;
-            return self.inject(o, queued().min(o.threads));
+            let queued = queued();
+            self.why = Some(MonitorReason::AllBlocked { queued });
+            return self.inject(o, queued.min(o.threads));
         }
         if self.probe.is_some() {
             return self.judge(o);
@@ -552,6 +599,8 @@ impl Controller {
         {
             self.last_progress = Some((o.now, o.done));
             self.unproven += 1;
+            let for_ = o.now.saturating_duration_since(since);
+            self.why = Some(MonitorReason::Stalled { for_, queued: queued() });
             return self.inject(o, 1);
         }
         if self.retry_at.is_some_and(|t| o.now < t) {
@@ -580,6 +629,7 @@ impl Controller {
             base_window,
             trial_rate: None,
         });
+        self.why = Some(MonitorReason::ProbeStarted { before_per_s: base_rate });
         self.inject(o, step)
     }
 
@@ -653,6 +703,7 @@ impl Controller {
                 probe.opens_at = o.now;
                 let step = probe.step;
                 self.probe = Some(probe);
+                self.why = Some(MonitorReason::ProbeMeasuringWithout { with_per_s: rate });
                 Action::Retire(step)
             }
             Some(trial) if trial >= rate * gain => {
@@ -660,6 +711,7 @@ impl Controller {
                 self.unproven = 0;
                 self.backoff = BACKOFF_FIRST;
                 self.retry_at = None;
+                self.why = Some(MonitorReason::ProbeKept { before_per_s: rate, after_per_s: trial });
                 self.inject(o, probe.step)
             }
             trial => {
@@ -668,6 +720,11 @@ impl Controller {
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
                 // In A' the probe's threads are already gone.
                 let step = if trial.is_none() { probe.step } else { 0 };
+                let (before_per_s, after_per_s) = match trial {
+                    None => (probe.base_rate, rate),
+                    Some(trial) => (rate, trial),
+                };
+                self.why = Some(MonitorReason::ProbeRolledBack { before_per_s, after_per_s });
                 match step + std::mem::take(&mut self.unproven) {
                     0 => Action::Nothing,
                     n => Action::Retire(n),

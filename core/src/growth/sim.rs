@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::monitor::{Params, Watched, Watcher};
 use super::sample::{DECLARED, IN_TASK, Signals};
+use crate::dump::{MonitorAction, MonitorReason};
 
 /// One task, in simulated ms.
 #[derive(Clone, Copy, Debug)]
@@ -117,6 +118,8 @@ pub(crate) struct Sim {
     st: RefCell<State>,
     clock_reads: Cell<usize>,
     state_reads: Cell<usize>,
+    /// What the monitor recorded for snapshots: (simulated ms, action, reason).
+    pub(crate) decisions: RefCell<Vec<(f64, MonitorAction, MonitorReason)>>,
 }
 
 /// Simulated time step, in ms.
@@ -147,6 +150,7 @@ impl Sim {
             st: RefCell::new(st),
             clock_reads: Cell::new(0),
             state_reads: Cell::new(0),
+            decisions: RefCell::new(Vec::new()),
         };
         for slot in 0..p.min {
             sim.start_thread(slot, 0.0);
@@ -443,6 +447,10 @@ impl Watched for Sim {
     fn cancel_retirements(&self) {
         self.st.borrow_mut().retire = 0;
     }
+    fn record_decision(&self, action: MonitorAction, reason: MonitorReason) {
+        let t = self.st.borrow().t;
+        self.decisions.borrow_mut().push((t, action, reason));
+    }
 }
 
 /// The scenarios of the monitor's real-thread tests (`core/tests/monitor.rs`
@@ -530,6 +538,51 @@ mod tests {
                 assert!(out.injected > 0 && out.peak >= 8, "hint {hint}, load {load}: {out:?}");
             }
         }
+    }
+
+    /// Issue 26: every thread the monitor adds or takes back is recorded with
+    /// its reason, on the simulated clock. Undeclared sleeps without the
+    /// hint: a stall adds the first thread (after `STALL` intervals with
+    /// nothing completed, the reason says how long, with the queue then),
+    /// probes add more; with the hint, blocked workers add threads at once.
+    /// A convoy's probes are rolled back, with the throughput before and after.
+    #[test]
+    fn the_monitor_records_each_decision_with_its_reason() {
+        let decisions = |hint: bool, task: Task, n: usize| {
+            let sim = Sim::new(params(hint));
+            sim.submit(n, task);
+            sim.run(600_000.0);
+            sim.decisions.take()
+        };
+        // 200 tasks of 200 ms: nothing completes for 100 ms (20 intervals).
+        let d = decisions(false, Task::Sleep(200.0), 200);
+        let (t, action, reason) = d[0];
+        assert_eq!(action, MonitorAction::Added(1), "{d:?}");
+        let MonitorReason::Stalled { for_, queued } = reason else { panic!("first decision: {d:?}") };
+        assert!(for_ >= Duration::from_millis(100) && for_ < Duration::from_millis(110), "{d:?}");
+        assert_eq!(queued, 198, "{d:?}");
+        assert!((100.0..=110.0).contains(&t), "{t}");
+        // 10 ms sleeps: probes pay, and say by how much.
+        let d = decisions(false, Task::Sleep(10.0), 400);
+        assert!(d.iter().any(|(_, _, r)| matches!(r, MonitorReason::ProbeStarted { .. })), "{d:?}");
+        let kept = d.iter().find_map(|(_, a, r)| match r {
+            MonitorReason::ProbeKept { before_per_s, after_per_s } => Some((*a, *before_per_s, *after_per_s)),
+            _ => None,
+        });
+        let Some((MonitorAction::Added(n), before, after)) = kept else { panic!("no probe kept: {d:?}") };
+        assert!(n >= 1 && after > before, "{n} {before} {after}: {d:?}");
+        let d = decisions(true, Task::Sleep(10.0), 200);
+        assert!(
+            matches!(d[0], (_, MonitorAction::Added(2), MonitorReason::AllBlocked { queued }) if queued > 190),
+            "{d:?}"
+        );
+        let d = decisions(false, Task::Locked(2.0), 400);
+        let rolled = d.iter().find_map(|(_, a, r)| match r {
+            MonitorReason::ProbeRolledBack { before_per_s, after_per_s } => Some((*a, *before_per_s, *after_per_s)),
+            _ => None,
+        });
+        let Some((MonitorAction::Retired(n), before, after)) = rolled else { panic!("no rollback: {d:?}") };
+        assert!(n >= 1 && before > 0.0 && after < before * 1.8, "{n} {before} {after}: {d:?}");
     }
 
     /// After a burst of lent threads retired, the two survivors sit among 62

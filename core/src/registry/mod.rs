@@ -99,6 +99,8 @@ pub(crate) struct Registry {
     pub(crate) counters: SharedCounters,
     pub(crate) delay: QueueDelay,
     pub(crate) monitor: Monitor,
+    /// Snapshots, stall reports, the monitor's decisions (`dump.rs`).
+    pub(crate) diag: crate::dump::Diagnostics,
     /// The process that created the pool (a forked child must not join).
     pub(crate) pid: u32,
 }
@@ -140,6 +142,7 @@ impl Registry {
             counters: SharedCounters::default(),
             delay: QueueDelay::default(),
             monitor: Monitor::default(),
+            diag: crate::dump::Diagnostics::default(),
             pid: std::process::id(),
         }
     }
@@ -220,6 +223,7 @@ impl Registry {
         st.starvation_injections = self.counters.starvation_injections.load(Relaxed);
         st.spawn_failures = self.counters.spawn_failures.load(Relaxed);
         st.unbalanced_blocking = self.counters.unbalanced_blocking.load(Relaxed);
+        st.stalls = self.diag.stalls.load(Relaxed);
         st.queued = self.queued_now() as u64;
         (st.queue_delay_p50_ns, st.queue_delay_p99_ns, st.queue_delay_max_ns) = self.delay.percentiles();
         st

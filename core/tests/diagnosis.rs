@@ -1,0 +1,186 @@
+//! Issue 26: `Pool::dump` (each thread state and queue statistic, set up
+//! with gates, never with sleeps that must be long enough), waits that
+//! cannot succeed (`TaskError::WouldDeadlock`), the stall report.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use common::{Gate, OpenOnDrop, eventually, watchdog};
+use wspool::{Growth, Pool, PoolDump, TaskError, ThreadState, WaitTarget};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn state_of(dump: &PoolDump, index: usize) -> Option<ThreadState> {
+    dump.threads.iter().find(|t| t.index == index).map(|t| t.state)
+}
+
+/// Records the worker index a task runs on.
+fn record(slot: &Arc<AtomicUsize>) {
+    slot.store(wspool::current_index().expect("a pool thread") + 1, SeqCst);
+}
+
+fn recorded(slot: &Arc<AtomicUsize>) -> usize {
+    eventually(LIMIT, "the task started", || slot.load(SeqCst) != 0);
+    slot.load(SeqCst) - 1
+}
+
+/// Five threads of a `Fixed` pool: one runs a task (a group's, with a
+/// handle), one is in a declared blocking region, one waits on that task's
+/// handle, one on its group, one is idle. Each shows as such, with the
+/// task's runner named as the holder, and a second snapshot says how long
+/// each has been so (the same task sequence: nothing moved).
+#[test]
+fn a_snapshot_shows_each_thread_state() {
+    watchdog(LIMIT, "snapshot of every state", || {
+        let pool = Pool::builder().min_threads(5).max_threads(5).growth(Growth::Fixed).build().unwrap();
+        let gate = Arc::new(Gate::default());
+        let _open = OpenOnDrop(gate.clone());
+        let group = pool.group();
+        let (run, blk, wtask, wgroup) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (g, r) = (gate.clone(), run.clone());
+        let held = group
+            .submit(move || {
+                record(&r);
+                g.wait();
+            })
+            .unwrap();
+        let running = recorded(&run);
+        let (g, b) = (gate.clone(), blk.clone());
+        pool.spawn(move || {
+            record(&b);
+            wspool::blocking(|| g.wait());
+        })
+        .unwrap();
+        let blocking = recorded(&blk);
+        let w = wtask.clone();
+        pool.spawn(move || {
+            record(&w);
+            held.wait().unwrap();
+        })
+        .unwrap();
+        let task_waiter = recorded(&wtask);
+        let (w, grp) = (wgroup.clone(), group.clone());
+        pool.spawn(move || {
+            record(&w);
+            grp.wait().unwrap();
+        })
+        .unwrap();
+        let group_waiter = recorded(&wgroup);
+        let busy = [running, blocking, task_waiter, group_waiter];
+        let idle = (0..5).find(|i| !busy.contains(i)).unwrap();
+        eventually(LIMIT, "every thread in its state", || {
+            let d = pool.dump();
+            state_of(&d, running) == Some(ThreadState::Running)
+                && state_of(&d, blocking) == Some(ThreadState::Blocking)
+                && matches!(
+                    state_of(&d, task_waiter),
+                    Some(ThreadState::Waiting { on: WaitTarget::Task, holder: Some(h), .. }) if h == running
+                )
+                && matches!(state_of(&d, group_waiter), Some(ThreadState::Waiting { on: WaitTarget::Group, .. }))
+                && state_of(&d, idle) == Some(ThreadState::Parked)
+        });
+        let first = pool.dump();
+        std::thread::sleep(Duration::from_millis(5));
+        let second = pool.dump();
+        for i in busy {
+            let (a, b) = (
+                first.threads.iter().find(|t| t.index == i).unwrap(),
+                second.threads.iter().find(|t| t.index == i).unwrap(),
+            );
+            assert_eq!(a.tasks_taken, b.tasks_taken, "#{i} moved:\n{first}\n{second}");
+            assert!(b.for_at_least.is_some_and(|d| d > Duration::ZERO), "#{i}:\n{second}");
+        }
+        let text = second.to_string();
+        assert!(text.contains("running a task for >="), "{text}");
+        assert!(text.contains("in a declared blocking region"), "{text}");
+        assert!(text.contains(&format!("(run by #{running})")), "{text}");
+        assert!(text.contains("idle, parked"), "{text}");
+        gate.open();
+        group.wait().unwrap();
+    });
+}
+
+/// The global queue's length and the age of its oldest task: a lower bound
+/// that grows while its head does not move, and is gone once it drained.
+#[test]
+fn a_snapshot_shows_the_global_queue_and_its_oldest_task() {
+    watchdog(LIMIT, "global queue in a snapshot", || {
+        let (pool, gate, _open) = common::held_single_worker(Pool::builder().growth(Growth::Fixed));
+        for _ in 0..3 {
+            pool.spawn(|| {}).unwrap();
+        }
+        let first = pool.dump();
+        let global = |d: &PoolDump| d.queues.iter().find(|q| q.name == "global").cloned().unwrap();
+        assert_eq!(global(&first).len, 3, "{first}");
+        assert_eq!(first.queued, 3, "{first}");
+        std::thread::sleep(Duration::from_millis(5));
+        let second = pool.dump();
+        let q = global(&second);
+        assert!(q.oldest_at_least.is_some_and(|d| d > Duration::ZERO), "{second}");
+        assert!(second.to_string().contains("global: 3 queued, oldest waiting >="), "{second}");
+        gate.open();
+        eventually(LIMIT, "the queue drained", || pool.stats().completed == 4);
+        let q = global(&pool.dump());
+        assert_eq!((q.len, q.oldest_at_least), (0, None));
+    });
+}
+
+/// A group's task waiting on its own group gets `WouldDeadlock` at once
+/// instead of hanging; a task of another group waits as usual.
+#[test]
+fn a_group_task_waiting_on_its_own_group_gets_the_error() {
+    watchdog(LIMIT, "self-waits", || {
+        let pool = Pool::builder().min_threads(2).max_threads(2).growth(Growth::Fixed).build().unwrap();
+        // A group's task waiting on its own group.
+        let group = pool.group();
+        let g = group.clone();
+        let member = group
+            .submit(move || {
+                assert!(g.would_deadlock());
+                assert!(!g.wait_for(None));
+                g.wait()
+            })
+            .unwrap();
+        assert!(matches!(member.wait().unwrap(), Err(TaskError::WouldDeadlock)));
+        group.wait().unwrap();
+        // Not a member: waits as usual (a timed wait is never refused).
+        let other = pool.group();
+        let o = other.clone();
+        let gate = Arc::new(Gate::default());
+        let gg = gate.clone();
+        other.spawn(move || gg.wait()).unwrap();
+        let waiter = pool.submit(move || (o.would_deadlock(), o.wait())).unwrap();
+        gate.open();
+        let (refused, waited) = waiter.wait().unwrap();
+        assert!(!refused);
+        waited.unwrap();
+    });
+}
+
+/// The task that waits on its own handle sees the error; checked through
+/// a channel, since the handle it consumed was the only one.
+#[test]
+fn a_task_waiting_on_its_own_handle_gets_the_error() {
+    watchdog(LIMIT, "a task waits on itself", || {
+        let pool = Pool::builder().min_threads(2).build().unwrap();
+        let (give, take) = mpsc::channel::<wspool::TaskHandle<()>>();
+        let (report, seen) = mpsc::channel();
+        let h = pool
+            .submit(move || {
+                let own = take.recv().unwrap();
+                report.send(own.wait().err().map(|e| e.to_string())).unwrap();
+            })
+            .unwrap();
+        give.send(h).unwrap();
+        let err = seen.recv().unwrap();
+        assert_eq!(err.as_deref(), Some("wait would deadlock: the waiting task itself holds what it waits for"));
+    });
+}
