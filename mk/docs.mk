@@ -1,6 +1,6 @@
 # mk/docs.mk: the documentation's code blocks (issue 13).
 #
-#   make test-docs   builds and runs every rust / c / python block of README.md,
+#   make test-docs   builds and runs every rust / c / cpp / python block of README.md,
 #                    docs/ and examples-c/README.md (tools/check_snippets.py):
 #                    Rust in a scratch cargo project on core/, C against
 #                    include/ + target/release, Python with the ./.venv interpreter;
@@ -12,7 +12,8 @@ TEST_TARGETS += test-docs
 
 .PHONY: test-docs test-help test-links
 
-test-docs: test-help test-links c-build python-install
+# cpp-deps: the C++ blocks of docs/cpp.md include Boost.Asio.
+test-docs: test-help test-links c-build python-install cpp-deps
 	$(PYTHON) tools/check_snippets.py --self-test --python $(PY)
 	$(PYTHON) tools/check_snippets.py --python $(PY)
 

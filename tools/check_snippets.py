@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Builds and runs every Rust, C and Python code block of the docs.
+"""Builds and runs every Rust, C, C++ and Python code block of the docs.
 
     python3 tools/check_snippets.py [--python .venv/bin/python] [FILE.md ...]
     python3 tools/check_snippets.py --self-test
 
 Default files: README.md, docs/**/*.md, examples-c/README.md. Each fenced
-block tagged rust, c or python is copied into a scratch project under
+block tagged rust, c, cpp or python is copied into a scratch project under
 target/snippets/ and built and run there:
 
   rust    a scratch cargo project depending on core/ by path, one binary per
@@ -14,6 +14,8 @@ target/snippets/ and built and run there:
           as rustdoc does, so it may use `?`.
   c       a complete program, compiled with -Wall -Wextra -Werror against
           include/ and target/release/libwspool.so (make c-build), then run.
+  cpp     the same as C++17 (g++ -std=c++17 -Wall -Wextra -Werror), with
+          include/wspool.hpp on the include path.
   python  run with the given interpreter (the venv of `make python-install`).
 
 Every run has a time limit. A block that is not meant to run (a signature,
@@ -40,7 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "target" / "snippets"
-LANGS = {"rust", "c", "python"}
+LANGS = {"rust", "c", "cpp", "python"}
 SKIP = re.compile(r"<!--\s*snippet:\s*not-run\s*\((.+)\)\s*-->")
 FENCE = re.compile(r"^(\s*)```\s*([A-Za-z0-9_+-]*)")
 RUN_TIMEOUT = 120
@@ -162,6 +164,28 @@ def check_c(bs: list[Block]) -> list[Failure]:
     return failures
 
 
+def check_cpp(bs: list[Block]) -> list[Failure]:
+    lib = ROOT / "target" / "release"
+    if bs and not (lib / "libwspool.so").exists():
+        return [Failure("target/release/libwspool.so", "cpp", "is missing: run `make c-build` first")]
+    d = SCRATCH / "cpp"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    failures = []
+    for b in bs:
+        src, exe = d / f"{b.name}.cpp", d / b.name
+        src.write_text(f"// {b.where}\n{b.code}")
+        ok, out = run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", str(src),
+                       "-o", str(exe), f"-L{lib}", f"-Wl,-rpath,{lib}", "-lwspool", "-pthread"], d)
+        if not ok:
+            failures.append(Failure(b.where, "cpp", "does not compile\n" + out))
+            continue
+        ok, out = run([str(exe)], d)
+        if not ok:
+            failures.append(Failure(b.where, "cpp", "failed when run\n" + out))
+    return failures
+
+
 def check_python(bs: list[Block], python: str) -> list[Failure]:
     d = SCRATCH / "python"
     shutil.rmtree(d, ignore_errors=True)
@@ -183,9 +207,9 @@ def check(files: list[Path], python: str) -> tuple[int, list[Failure]]:
         if b.skip is not None:
             print(f"  not run (marked): {b.where} [{b.lang}] {b.skip}")
     by = {lang: [b for b in todo if b.lang == lang] for lang in LANGS}
-    print("snippets: %d rust, %d c, %d python to run; %d marked not-run" % (
-        len(by["rust"]), len(by["c"]), len(by["python"]), len(all_blocks) - len(todo)))
-    failures = check_rust(by["rust"]) + check_c(by["c"]) + check_python(by["python"], python)
+    print("snippets: %d rust, %d c, %d cpp, %d python to run; %d marked not-run" % (
+        len(by["rust"]), len(by["c"]), len(by["cpp"]), len(by["python"]), len(all_blocks) - len(todo)))
+    failures = check_rust(by["rust"]) + check_c(by["c"]) + check_cpp(by["cpp"]) + check_python(by["python"], python)
     return len(todo), failures
 
 
@@ -196,12 +220,13 @@ def self_test(python: str) -> int:
             "```rust\nlet x: u32 = wspool::no_such_function();\n```\n\n"
             "```c\n#include \"libwspool.h\"\nint main(void) { return wspool_no_such_function(); }\n```\n\n"
             "```python\nimport wspool\nwspool.no_such_function()\n```\n\n"
-            "<!-- snippet: not-run (self-test: a marked block is skipped) -->\n```python\nraise SystemExit(1)\n```\n"
+            "<!-- snippet: not-run (self-test: a marked block is skipped) -->\n```python\nraise SystemExit(1)\n```\n\n"
+            "```cpp\n#include <wspool.hpp>\nint main() { return wspool::no_such_function(); }\n```\n"
         )
         _, failures = check([md], python)
     reported = {f.lang for f in failures if f.where.startswith(str(md))}
     marked_ran = any(f.where == f"{md}:13" for f in failures)
-    if reported == {"rust", "c", "python"} and len(failures) == 3 and not marked_ran:
+    if reported == {"rust", "c", "cpp", "python"} and len(failures) == 4 and not marked_ran:
         print("self-test: the checker reports a broken block in each language and skips a marked one")
         return 0
     print("self-test FAILED: reported %s\n%s" % (sorted(reported), "\n".join(map(str, failures))))
