@@ -44,20 +44,27 @@ pub unsafe extern "C" fn wspool_serial_create(pool: *mut wspool, out: *mut *mut 
 }
 
 /// Creates a lane on `pool`: a serial queue that runs up to `limit` of its tasks at once (1 is
-/// `wspool_serial_create`). Its tasks start in submission order, queued ones occupy no worker, a
-/// task that blocks keeps its place in the limit, and lanes take turns with each other through
-/// the pool's global queue, one task per turn. It is a `wspool_serial` in every other respect:
-/// submit with `wspool_serial_submit` or `opts.serial`, free with `wspool_serial_destroy`.
-/// `limit` 0 is `WSPOOL_EINVAL`.
+/// `wspool_serial_create`), whose turns wait at `priority` (`WSPOOL_PRIORITY_*`; its tasks' own
+/// `opts.priority` is not used). Its tasks start in submission order, queued ones occupy no
+/// worker, a task that blocks keeps its place in the limit, and lanes take turns with each other
+/// through the pool's global queue, one task per turn. It is a `wspool_serial` in every other
+/// respect: submit with `wspool_serial_submit` or `opts.serial`, free with
+/// `wspool_serial_destroy`. `limit` 0 or an unknown priority is `WSPOOL_EINVAL`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wspool_lane_create(pool: *mut wspool, limit: u32, out: *mut *mut wspool_serial) -> c_int {
+pub unsafe extern "C" fn wspool_lane_create(
+    pool: *mut wspool,
+    limit: u32,
+    priority: c_int,
+    out: *mut *mut wspool_serial,
+) -> c_int {
     guard("wspool_lane_create", || {
         out_ptr(out, "out")?;
         let p = pool_of(pool)?;
         if limit == 0 {
             return support::einval("limit is 0: a lane runs at least one task at a time");
         }
-        let s = wspool_serial { queue: p.pool.lane(limit as usize), fork_gen: p.fork_gen };
+        let priority = crate::submit::priority_of(priority)?;
+        let s = wspool_serial { queue: p.pool.lane_with_priority(limit as usize, priority), fork_gen: p.fork_gen };
         // SAFETY: checked non-null.
         unsafe { *out = Box::into_raw(Box::new(s)) };
         Ok(WSPOOL_OK)

@@ -51,6 +51,36 @@ pub struct wspool_submit_opts {
     /// where the task would start (a worker pays the pop that finds it), and by a waiter on its
     /// handle, which expires it at the deadline. A deadline already past is accepted and expires.
     pub deadline_ns: u64,
+    /// Added with priorities (issue 29): `WSPOOL_PRIORITY_NORMAL` (0, the default),
+    /// `WSPOOL_PRIORITY_HIGH` (before every queued task, at most `WSPOOL_PRIORITY_HIGH_BURST` in a
+    /// row per worker) or `WSPOOL_PRIORITY_LOW` (behind queued normal work, stepping back at most
+    /// `WSPOOL_PRIORITY_LOW_DEFERS` times); anything else is `WSPOOL_EINVAL`. It applies to
+    /// submissions from threads that are not the pool's (a pool thread's task keeps its deque's
+    /// order); a task on a lane takes the lane's priority (`wspool_lane_create`).
+    pub priority: c_int,
+}
+
+/// `wspool_submit_opts.priority`: behind normal work, aged so it is never starved.
+pub const WSPOOL_PRIORITY_LOW: c_int = -1;
+/// `wspool_submit_opts.priority`: the default, the pool's ordinary queues.
+pub const WSPOOL_PRIORITY_NORMAL: c_int = 0;
+/// `wspool_submit_opts.priority`: before every queued task, with a bounded bypass.
+pub const WSPOOL_PRIORITY_HIGH: c_int = 1;
+/// High-priority tasks a worker takes in a row before one ordinary task.
+pub const WSPOOL_PRIORITY_HIGH_BURST: u32 = 16;
+/// Times a low-priority task steps back behind queued normal work.
+pub const WSPOOL_PRIORITY_LOW_DEFERS: u32 = 2;
+const _: () = assert!(WSPOOL_PRIORITY_HIGH_BURST == wspool_core::HIGH_BURST);
+const _: () = assert!(WSPOOL_PRIORITY_LOW_DEFERS == wspool_core::LOW_DEFERS as u32);
+
+/// The core's priority for a C one.
+pub(crate) fn priority_of(p: c_int) -> Res<wspool_core::Priority> {
+    match p {
+        WSPOOL_PRIORITY_LOW => Ok(wspool_core::Priority::Low),
+        WSPOOL_PRIORITY_NORMAL => Ok(wspool_core::Priority::Normal),
+        WSPOOL_PRIORITY_HIGH => Ok(wspool_core::Priority::High),
+        _ => einval(format!("priority {p} is not one of WSPOOL_PRIORITY_LOW, _NORMAL, _HIGH")),
+    }
 }
 
 /// Size of the first published `wspool_submit_opts` layout (up to `on_cancel`): the smallest
@@ -60,9 +90,10 @@ const _: () =
     assert!(offset_of!(wspool_submit_opts, on_cancel) + size_of::<wspool_fn>() == WSPOOL_SUBMIT_OPTS_MIN_SIZE);
 
 /// The end of each published `wspool_submit_opts` layout, oldest first.
-const OPTS_LAYOUTS: [usize; 3] = [WSPOOL_SUBMIT_OPTS_MIN_SIZE, 40, size_of::<wspool_submit_opts>()];
+const OPTS_LAYOUTS: [usize; 4] = [WSPOOL_SUBMIT_OPTS_MIN_SIZE, 40, 48, 52];
 const _: () = assert!(offset_of!(wspool_submit_opts, serial) + size_of::<usize>() == OPTS_LAYOUTS[1]);
 const _: () = assert!(offset_of!(wspool_submit_opts, deadline_ns) + size_of::<u64>() == OPTS_LAYOUTS[2]);
+const _: () = assert!(offset_of!(wspool_submit_opts, priority) + size_of::<c_int>() == OPTS_LAYOUTS[3]);
 
 /// Submits `fn(arg)`. On `WSPOOL_OK` the pool owns `arg` until `fn(arg)` returns; on any error the
 /// caller keeps it and `fn` is never called. From a pool thread the task goes to that thread's
@@ -85,6 +116,7 @@ fn default_opts() -> wspool_submit_opts {
         on_cancel: None,
         serial: ptr::null_mut(),
         deadline_ns: 0,
+        priority: WSPOOL_PRIORITY_NORMAL,
     }
 }
 
@@ -115,7 +147,8 @@ pub(crate) fn spawn_options<'a>(o: &wspool_submit_opts) -> Res<SpawnOptions<'a>>
         false => Some(&serial_of(o.serial)?.queue),
     };
     let deadline = crate::task::deadline_of(o.deadline_ns);
-    Ok(SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial, deadline })
+    let priority = priority_of(o.priority)?;
+    Ok(SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial, deadline, priority })
 }
 
 /// Fills `*opts` with the defaults, `struct_size` included. NULL is ignored (and sets the last error).

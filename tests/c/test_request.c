@@ -11,6 +11,9 @@
  *
  * Lanes, `wspool_lane_create(pool, n, &s)`: a serial queue running up to n
  * of its tasks at once; the bound is checked as a maximum, never a time.
+ *
+ * Priorities, `wspool_submit_opts.priority` and a lane's priority: the order
+ * a single worker, held by a gate while the work is queued, takes it in.
  * Run by `make test-c` in the same four passes as test_wspool. */
 #include "harness.h"
 
@@ -58,6 +61,7 @@ static void test_constants_and_clock(void) {
     wspool_submit_opts o;
     wspool_submit_opts_init(&o);
     CHECK_EQ(o.deadline_ns, 0);
+    CHECK_EQ(o.priority, WSPOOL_PRIORITY_NORMAL);
 }
 
 static void test_submit_ex_deadlines(void) {
@@ -260,12 +264,14 @@ static void occ_task(void *a) {
 static void test_lane_limit(void) {
     wspool *p = make_pool(2, 32, WSPOOL_GROWTH_ADAPTIVE);
     wspool_serial *lane = NULL;
-    CHECK_EQ(wspool_lane_create(p, 0, &lane), WSPOOL_EINVAL);
+    CHECK_EQ(wspool_lane_create(p, 0, WSPOOL_PRIORITY_NORMAL, &lane), WSPOOL_EINVAL);
     CHECK(lane == NULL);
     CHECK(last_error_mentions("limit"));
-    CHECK_EQ(wspool_lane_create(NULL, 2, &lane), WSPOOL_EINVAL);
-    CHECK_EQ(wspool_lane_create(p, 2, NULL), WSPOOL_EINVAL);
-    OK(wspool_lane_create(p, 2, &lane));
+    CHECK_EQ(wspool_lane_create(NULL, 2, WSPOOL_PRIORITY_NORMAL, &lane), WSPOOL_EINVAL);
+    CHECK_EQ(wspool_lane_create(p, 2, WSPOOL_PRIORITY_NORMAL, NULL), WSPOOL_EINVAL);
+    CHECK_EQ(wspool_lane_create(p, 2, 7, &lane), WSPOOL_EINVAL);
+    CHECK(last_error_mentions("priority"));
+    OK(wspool_lane_create(p, 2, WSPOOL_PRIORITY_NORMAL, &lane));
     gate_t g;
     gate_init(&g);
     occ_t o = {&g, 0, 0, 0};
@@ -300,7 +306,7 @@ static void test_lane_cancel_shutdown(void) {
     gate_t g;
     wspool *p = held_single(&g);
     wspool_serial *lane = NULL;
-    OK(wspool_lane_create(p, 3, &lane));
+    OK(wspool_lane_create(p, 3, WSPOOL_PRIORITY_LOW, &lane));
     dslot_t s = {0, 0, 0};
     for (int i = 0; i < 20; i++) {
         wspool_submit_opts o;
@@ -320,6 +326,63 @@ static void test_lane_cancel_shutdown(void) {
     gate_destroy(&g);
 }
 
+/* ---- priorities --------------------------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t m;
+    char log[256];
+    size_t n;
+} order_t;
+typedef struct {
+    order_t *o;
+    char tag;
+} otask_t;
+static void otask_run(void *a) {
+    otask_t *t = a;
+    pthread_mutex_lock(&t->o->m);
+    if (t->o->n + 1 < sizeof t->o->log) t->o->log[t->o->n++] = t->tag;
+    pthread_mutex_unlock(&t->o->m);
+}
+
+static void test_priorities_order(void) {
+    gate_t g;
+    wspool *p = held_single(&g);
+    order_t o;
+    memset(&o, 0, sizeof o);
+    pthread_mutex_init(&o.m, NULL);
+    wspool_group *grp = NULL;
+    OK(wspool_group_create(p, &grp));
+    wspool_serial *lane = NULL;
+    OK(wspool_lane_create(p, 1, WSPOOL_PRIORITY_HIGH, &lane));
+    /* queued in this order: low, 3 normal, 2 high, 1 task of a high lane */
+    otask_t t[7] = {{&o, 'l'}, {&o, 'n'}, {&o, 'n'}, {&o, 'n'}, {&o, 'H'}, {&o, 'H'}, {&o, 'L'}};
+    int prio[7] = {WSPOOL_PRIORITY_LOW, 0, 0, 0, WSPOOL_PRIORITY_HIGH, WSPOOL_PRIORITY_HIGH, 0};
+    for (int i = 0; i < 7; i++) {
+        wspool_submit_opts so;
+        wspool_submit_opts_init(&so);
+        so.group = grp;
+        so.priority = prio[i];
+        if (i == 6) so.serial = lane;
+        OK(wspool_submit_ex(p, otask_run, &t[i], &so, NULL));
+    }
+    wspool_submit_opts bad;
+    wspool_submit_opts_init(&bad);
+    bad.priority = 2;
+    CHECK_EQ(wspool_submit_ex(p, otask_run, &t[0], &bad, NULL), WSPOOL_EINVAL);
+    CHECK(last_error_mentions("priority"));
+    gate_open(&g);
+    OK(wspool_group_wait(grp, -1));
+    /* high work first (the lane's turn is high too), then normal, the low task last: it stepped
+     * back behind the normal work that was queued */
+    CHECK(strcmp(o.log, "HHLnnnl") == 0);
+    if (strcmp(o.log, "HHLnnnl") != 0) fprintf(stderr, "  order: %s\n", o.log);
+    wspool_serial_destroy(lane);
+    wspool_group_destroy(grp);
+    wspool_destroy(p);
+    pthread_mutex_destroy(&o.m);
+    gate_destroy(&g);
+}
+
 int main(int argc, char **argv) {
     static const test_case tests[] = {
         {"constants_and_clock", test_constants_and_clock},
@@ -330,6 +393,7 @@ int main(int argc, char **argv) {
         {"older_opts_layout_has_no_deadline", test_older_opts_layout_has_no_deadline},
         {"lane_limit", test_lane_limit},
         {"lane_cancel_shutdown", test_lane_cancel_shutdown},
+        {"priorities_order", test_priorities_order},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }
