@@ -124,3 +124,117 @@ fn fork_join_tree_counts_every_leaf() {
     }
     assert_eq!(leaves.load(SeqCst), 5 << 18);
 }
+
+/// Captured by a task of the mixed stress: ran, or dropped unrun, and then
+/// whether the drop was an expiry (`wspool::expiring()` during it).
+struct Ending {
+    ran: Arc<AtomicUsize>,
+    cancelled: Arc<AtomicUsize>,
+    expired: Arc<AtomicUsize>,
+    done: bool,
+}
+
+impl Ending {
+    fn run(mut self) {
+        self.done = true;
+        self.ran.fetch_add(1, SeqCst);
+    }
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if !self.done {
+            if wspool::expiring() { &self.expired } else { &self.cancelled }.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+// Issue 29: with priorities, deadlines (past and far), lanes, serial
+// queues, groups and task handles mixed, submissions racing both shutdown
+// modes still end exactly once each: ran, cancelled, or expired.
+#[test]
+fn mixed_submissions_race_shutdown_and_every_accepted_task_ends_once() {
+    use std::time::Instant;
+    use wspool::{Priority, SpawnOptions};
+    for round in 0..20 {
+        let (ran, cancelled, expired) = (Arc::default(), Arc::default(), Arc::default());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let pool = Pool::builder().min_threads(2).build().unwrap();
+        let lanes = [pool.lane(2), pool.serial(), pool.lane_with_priority(3, Priority::High)];
+        let group = pool.group();
+        std::thread::scope(|s| {
+            for producer in 0..3 {
+                let (pool, lanes, group) = (&pool, &lanes, &group);
+                let (ran, cancelled, expired, accepted): (&Arc<AtomicUsize>, &Arc<AtomicUsize>, &Arc<AtomicUsize>, _) =
+                    (&ran, &cancelled, &expired, &accepted);
+                s.spawn(move || {
+                    let mut handles = Vec::new();
+                    for i in 0..6_000usize {
+                        let t = Ending {
+                            ran: ran.clone(),
+                            cancelled: cancelled.clone(),
+                            expired: expired.clone(),
+                            done: false,
+                        };
+                        let k = i + producer;
+                        let opts = SpawnOptions {
+                            priority: [Priority::Normal, Priority::High, Priority::Low][k % 3],
+                            deadline: match k % 4 {
+                                0 => Some(Instant::now()),
+                                1 => Some(Instant::now() + Duration::from_secs(3600)),
+                                _ => None,
+                            },
+                            serial: (k % 5 == 0).then(|| &lanes[k % 3]),
+                            group: (k % 7 == 0).then_some(group),
+                            global: k % 2 == 0,
+                        };
+                        let ok = if k % 11 == 0 {
+                            match pool.submit_with(opts, move || t.run()) {
+                                Ok(h) => {
+                                    handles.push(h);
+                                    true
+                                }
+                                Err(e) => {
+                                    std::mem::forget(e.into_task());
+                                    false
+                                }
+                            }
+                        } else {
+                            match pool.spawn_with(opts, move || t.run()) {
+                                Ok(()) => true,
+                                Err(e) => {
+                                    std::mem::forget(e.into_task());
+                                    false
+                                }
+                            }
+                        };
+                        if ok {
+                            accepted.fetch_add(1, SeqCst);
+                        }
+                        if k % 97 == 0
+                            && let Some(h) = handles.pop()
+                        {
+                            // Cancel races the pool's own ending of the task.
+                            h.cancel();
+                        }
+                    }
+                });
+            }
+            let pool = pool.clone();
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_micros(300 * (round % 5)));
+                let mode = if round % 2 == 0 { Shutdown::Drain } else { Shutdown::Cancel };
+                pool.shutdown(mode, None).unwrap();
+            });
+        });
+        let stats = pool.stats();
+        drop(lanes);
+        drop(group);
+        drop(pool);
+        let (r, c, e) = (ran.load(SeqCst), cancelled.load(SeqCst), expired.load(SeqCst));
+        let a = accepted.load(SeqCst);
+        assert_eq!(r + c + e, a, "round {round}: ran {r} + cancelled {c} + expired {e} != accepted {a}");
+        assert_eq!(stats.expired as usize, e, "round {round}: every expiry counted once");
+        assert_eq!(stats.cancelled as usize, c, "round {round}: every cancellation counted once");
+    }
+}
