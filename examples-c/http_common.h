@@ -13,6 +13,16 @@
  * refuses it or its admission test, wspool_cq_overloaded, says it would wait
  * past the target while the queue is overloaded; while overloaded, requests
  * that would not are still admitted (counted in http_admitted_overloaded).
+ *
+ * Per-request control (issue 29; --plain turns it off, today's behaviour):
+ *   /ping   at WSPOOL_PRIORITY_HIGH: it goes before queued /work and is never
+ *           shed by the overload test (it costs next to nothing)
+ *   /work   with a deadline: --work-deadline-ms N, or ?deadline_ms=N on the
+ *           request; not started by then, it never runs (503 "expired")
+ *   /sleep  in a lane of --sleep-lane N (default 2): at most N run at once,
+ *           whatever threads the pool lends them
+ * and a client that hangs up (libuv) makes its queued request do nothing
+ * when the pool reaches it (http_skipped_client_gone).
  */
 #ifndef HTTP_COMMON_H
 #define HTTP_COMMON_H
@@ -44,25 +54,32 @@ typedef struct http_opts {
     unsigned cap;            /* completion-queue cap; 0 = unbounded */
     unsigned worker_nice;    /* pool thread_nice: its threads run this much nicer than the loop (Linux) */
     bool uv_work;            /* http_libuv only: uv_queue_work instead of wspool */
+    bool plain;              /* no priority, deadline or lane: every request like any other */
+    unsigned work_deadline_ms; /* /work's deadline unless the request names one; 0 = none */
+    unsigned sleep_lane;     /* /sleep's lane limit; 0 = no lane */
 } http_opts;
 
 static void http_usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [--port N] [--threads N] [--spin-us N] [--target-us N] [--interval-us N] [--cap N] "
-            "[--worker-nice N]%s\n",
+            "[--worker-nice N] [--plain] [--work-deadline-ms N] [--sleep-lane N]%s\n",
             prog, strstr(prog, "libuv") ? " [--uv-work]" : "");
     exit(2);
 }
 
 static http_opts http_parse_opts(int argc, char **argv)
 {
-    http_opts o = {.port = 0, .threads = 2, .spin_us = ~0u, .target_us = 5000, .interval_us = 5000};
+    http_opts o = {.port = 0, .threads = 2, .spin_us = ~0u, .target_us = 5000, .interval_us = 5000, .sleep_lane = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned *dst = NULL;
         if (strcmp(a, "--uv-work") == 0) {
             o.uv_work = true;
+            continue;
+        }
+        if (strcmp(a, "--plain") == 0) {
+            o.plain = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -81,6 +98,10 @@ static http_opts http_parse_opts(int argc, char **argv)
             dst = &o.cap;
         else if (strcmp(a, "--worker-nice") == 0)
             dst = &o.worker_nice;
+        else if (strcmp(a, "--work-deadline-ms") == 0)
+            dst = &o.work_deadline_ms;
+        else if (strcmp(a, "--sleep-lane") == 0)
+            dst = &o.sleep_lane;
         else
             http_usage(argv[0]);
         if (dst)
@@ -110,6 +131,18 @@ static wspool *http_make_pool(const http_opts *o)
     return p;
 }
 
+/* Server counters; written on the loop thread (all but the last three), atomics for /metrics readers' sake. */
+typedef struct http_counters {
+    atomic_ullong requests, submitted, done, done_cancelled, shed_overload, shed_refused, client_gone;
+    atomic_ullong overload_signals, admitted_overloaded;
+    atomic_ullong done_expired, skipped_client_gone;
+    /* Written on pool threads: requests started after their deadline (the pool must make this 0),
+     * /sleep requests running now and the most at once. */
+    atomic_ullong started_late, sleeping, sleeping_max;
+} http_counters;
+
+static http_counters HC;
+
 /* ------------------------------------------------------------ the work */
 
 enum job_kind { J_PING, J_WORK, J_SLEEP, J_METRICS, J_NOT_FOUND, J_BAD };
@@ -117,6 +150,10 @@ enum job_kind { J_PING, J_WORK, J_SLEEP, J_METRICS, J_NOT_FOUND, J_BAD };
 typedef struct http_job {
     enum job_kind kind;
     uint64_t n;
+    uint64_t deadline_ms; /* /work?deadline_ms=N; 0 = the server's default */
+    uint64_t deadline_ns; /* the submission's deadline (wspool_now_ns clock); 0 = none */
+    atomic_bool gone;     /* the client hung up: do nothing when the pool gets here */
+    bool skipped;
     char body[32];
     int body_len;
     void *conn; /* the server's request/connection handle */
@@ -139,6 +176,12 @@ static uint64_t work_digest(uint64_t n)
 static void http_job_run(void *arg)
 {
     http_job *j = arg;
+    if (atomic_load_explicit(&j->gone, memory_order_relaxed)) {
+        j->skipped = true; /* nobody to answer: what a cancel would have saved */
+        return;
+    }
+    if (j->deadline_ns && wspool_now_ns() > j->deadline_ns)
+        atomic_fetch_add(&HC.started_late, 1); /* an independent check of the pool's rule */
     switch (j->kind) {
     case J_PING:
         j->body_len = snprintf(j->body, sizeof j->body, "pong\n");
@@ -147,6 +190,10 @@ static void http_job_run(void *arg)
         j->body_len = snprintf(j->body, sizeof j->body, "%016" PRIx64 "\n", work_digest(j->n));
         break;
     case J_SLEEP: {
+        unsigned long long now = atomic_fetch_add(&HC.sleeping, 1) + 1;
+        unsigned long long max = atomic_load(&HC.sleeping_max);
+        while (now > max && !atomic_compare_exchange_weak(&HC.sleeping_max, &max, now)) {
+        }
         struct timespec ts = {.tv_sec = (time_t)(j->n / 1000), .tv_nsec = (long)(j->n % 1000) * 1000000L};
         /* A declared blocking region: the pool lends a thread meanwhile
          * (a no-op off the pool, i.e. with --uv-work). */
@@ -154,6 +201,7 @@ static void http_job_run(void *arg)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
         wspool_blocking_end();
+        atomic_fetch_sub(&HC.sleeping, 1);
         j->body_len = snprintf(j->body, sizeof j->body, "slept\n");
         break;
     }
@@ -199,8 +247,12 @@ static void http_route(const char *target, size_t len, http_job *j)
         j->kind = J_PING;
     else if (strcmp(t, "/metrics") == 0)
         j->kind = J_METRICS;
-    else if (strcmp(t, "/work") == 0)
+    else if (strcmp(t, "/work") == 0) {
         j->kind = query_u64(q, "n", WORK_MAX, &j->n) ? J_WORK : J_BAD;
+        uint64_t d = 0;
+        if (query_u64(q, "deadline_ms", SLEEP_MAX_MS, &d))
+            j->deadline_ms = d;
+    }
     else if (strcmp(t, "/sleep") == 0)
         j->kind = query_u64(q, "ms", SLEEP_MAX_MS, &j->n) ? J_SLEEP : J_BAD;
     else
@@ -209,13 +261,6 @@ static void http_route(const char *target, size_t len, http_job *j)
 
 /* ------------------------------------------------------------- metrics */
 
-/* Server counters; written on the loop thread only, atomics for /metrics readers' sake. */
-typedef struct http_counters {
-    atomic_ullong requests, submitted, done, done_cancelled, shed_overload, shed_refused, client_gone;
-    atomic_ullong overload_signals, admitted_overloaded;
-} http_counters;
-
-static http_counters HC;
 /* Between the OVERLOADED and RECOVERED signals (loop thread only). */
 static bool HTTP_OVERLOADED;
 
@@ -229,6 +274,48 @@ static void http_on_signal(void *ctx, int s)
     } else if (s == WSPOOL_CQ_SIGNAL_RECOVERED) {
         HTTP_OVERLOADED = false;
     }
+}
+
+/* Per-request control (issue 29): the submission options of `j`. */
+static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sleep_lane,
+                              wspool_submit_opts *so)
+{
+    wspool_submit_opts_init(so);
+    if (o->plain)
+        return;
+    if (j->kind == J_PING)
+        so->priority = WSPOOL_PRIORITY_HIGH;
+    uint64_t d = j->deadline_ms ? j->deadline_ms : o->work_deadline_ms;
+    if (j->kind == J_WORK && d)
+        so->deadline_ns = wspool_now_ns() + d * 1000000ull;
+    j->deadline_ns = so->deadline_ns;
+    if (j->kind == J_SLEEP)
+        so->serial = sleep_lane;
+}
+
+/* May the overload test shed `j`? Not a high-priority /ping. */
+static bool http_sheddable(const http_opts *o, const http_job *j) { return o->plain || j->kind != J_PING; }
+
+/* /sleep's lane (NULL: none). */
+static wspool_serial *http_make_sleep_lane(const http_opts *o, wspool *p)
+{
+    wspool_serial *s = NULL;
+    if (o->plain || o->uv_work || o->sleep_lane == 0)
+        return NULL;
+    if (wspool_lane_create(p, o->sleep_lane, WSPOOL_PRIORITY_NORMAL, &s) != WSPOOL_OK) {
+        fprintf(stderr, "wspool_lane_create: %s\n", wspool_last_error());
+        exit(1);
+    }
+    return s;
+}
+
+/* Counts how a done ended (loop thread). */
+static void http_count_done(const http_job *j, int status)
+{
+    if (status == WSPOOL_CQ_EXPIRED)
+        atomic_fetch_add(&HC.done_expired, 1);
+    if (j->skipped)
+        atomic_fetch_add(&HC.skipped_client_gone, 1);
 }
 
 /* A request the completion queue accepted. */
@@ -270,6 +357,14 @@ static char *http_metrics_text(wspool *pool, size_t *len)
         {"http_overload_signals", "WSPOOL_CQ_SIGNAL_OVERLOADED signals received.", offsetof(http_counters, overload_signals)},
         {"http_admitted_overloaded", "Requests admitted while overloaded (they would wait less than the target).",
          offsetof(http_counters, admitted_overloaded)},
+        {"http_cq_expired", "done callbacks with WSPOOL_CQ_EXPIRED (not started by their deadline).",
+         offsetof(http_counters, done_expired)},
+        {"http_skipped_client_gone", "Queued requests whose client hung up: the pool skipped their work.",
+         offsetof(http_counters, skipped_client_gone)},
+        {"http_started_late", "Requests whose work started after their deadline (the pool must keep this 0).",
+         offsetof(http_counters, started_late)},
+        {"http_sleep_max_concurrent", "Most /sleep requests running at once (a counter that only grows).",
+         offsetof(http_counters, sleeping_max)},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         unsigned long long v = atomic_load((atomic_ullong *)((char *)&HC + fam[i].off));

@@ -25,6 +25,8 @@ static wspool *pool;
 static wspool_cq *cq;
 static struct event_base *base;
 static struct evhttp *http;
+static http_opts O;
+static wspool_serial *sleep_lane; /* /sleep's lane (issue 29) */
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *body, size_t len)
 {
@@ -41,10 +43,13 @@ static void on_done(void *arg, int status)
     http_job *j = arg;
     struct evhttp_request *req = j->conn;
     atomic_fetch_add(&HC.done, 1);
+    http_count_done(j, status);
     if (evhttp_request_get_connection(req) == NULL)
         atomic_fetch_add(&HC.client_gone, 1); /* evhttp_send_reply just frees it */
     if (status == WSPOOL_CQ_RAN) {
         reply(req, 200, "OK", j->body, (size_t)j->body_len);
+    } else if (status == WSPOOL_CQ_EXPIRED) {
+        reply(req, 503, "Service Unavailable", "expired\n", 8);
     } else {
         atomic_fetch_add(&HC.done_cancelled, 1);
         reply(req, 503, "Service Unavailable", "cancelled\n", 10);
@@ -81,7 +86,7 @@ static void on_request(struct evhttp_request *req, void *ctx)
         reply(req, tmp.kind == J_BAD ? 400 : 404, tmp.kind == J_BAD ? "Bad Request" : "Not Found", "no\n", 3);
         return;
     }
-    if (wspool_cq_overloaded(cq)) { /* shed load while queue delay stands above target */
+    if (http_sheddable(&O, &tmp) && wspool_cq_overloaded(cq)) { /* shed load while queue delay stands above target */
         atomic_fetch_add(&HC.shed_overload, 1);
         reply(req, 503, "Service Unavailable", "overloaded\n", 11);
         return;
@@ -89,7 +94,9 @@ static void on_request(struct evhttp_request *req, void *ctx)
     http_job *j = malloc(sizeof *j);
     *j = tmp;
     j->conn = req;
-    if (wspool_cq_submit(cq, http_job_run, on_done, j) != WSPOOL_OK) { /* glue */
+    wspool_submit_opts so;
+    http_request_opts(&O, j, sleep_lane, &so);
+    if (wspool_cq_submit_ex(cq, http_job_run, on_done, j, &so) != WSPOOL_OK) { /* glue */
         free(j);
         atomic_fetch_add(&HC.shed_refused, 1);
         reply(req, 503, "Service Unavailable", "refused\n", 8);
@@ -103,14 +110,17 @@ static void on_stop(evutil_socket_t sig, short ev, void *ctx)
     (void)sig, (void)ev, (void)ctx;
     wspool_cq_close(cq, WSPOOL_CQ_CLOSE_CANCEL, -1); /* glue: every pending done runs, now */
     cq = NULL;
+    wspool_serial_destroy(sleep_lane);
+    sleep_lane = NULL;
     event_base_loopexit(base, NULL);
 }
 
 int main(int argc, char **argv)
 {
-    http_opts o = http_parse_opts(argc, argv);
+    http_opts o = O = http_parse_opts(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     pool = http_make_pool(&o);
+    sleep_lane = http_make_sleep_lane(&o, pool);
     base = event_base_new();
     http = evhttp_new(base);
     evhttp_set_gencb(http, on_request, NULL);

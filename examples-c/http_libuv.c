@@ -32,12 +32,14 @@ typedef struct conn {
     char head[256];
     char *body;        /* the response body being written (owned when body_owned) */
     bool body_owned;
+    struct uv_job *inflight; /* the request out at the pool, if any */
 } conn;
 
-typedef struct uv_job {
+typedef struct uv_job uv_job;
+struct uv_job {
     http_job j;
     uv_work_t w; /* --uv-work only */
-} uv_job;
+};
 
 static http_opts O;
 static uv_loop_t *loop;
@@ -46,6 +48,7 @@ static wspool_cq *cq;
 static uv_tcp_t listener;
 static uv_poll_t cq_poll;
 static uv_signal_t sig_int, sig_term;
+static wspool_serial *sleep_lane; /* /sleep's lane (issue 29) */
 
 static void conn_unref(conn *c)
 {
@@ -60,6 +63,9 @@ static void conn_close(conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    /* The client is gone: its queued request need not run (it would answer nobody). */
+    if (c->inflight)
+        atomic_store_explicit(&c->inflight->j.gone, true, memory_order_relaxed);
     uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
@@ -116,12 +122,16 @@ static void on_done(void *arg, int status)
     uv_job *u = arg;
     conn *c = u->j.conn;
     atomic_fetch_add(&HC.done, 1);
+    http_count_done(&u->j, status);
+    c->inflight = NULL;
     if (c->closing) {
         atomic_fetch_add(&HC.client_gone, 1);
     } else if (status == WSPOOL_CQ_RAN) {
         char *b = malloc((size_t)u->j.body_len);
         memcpy(b, u->j.body, (size_t)u->j.body_len);
         respond(c, 200, "OK", "text/plain", b, (size_t)u->j.body_len, true);
+    } else if (status == WSPOOL_CQ_EXPIRED) {
+        respond_text(c, 503, "Service Unavailable", "expired\n");
     } else {
         atomic_fetch_add(&HC.done_cancelled, 1);
         respond_text(c, 503, "Service Unavailable", "cancelled\n");
@@ -223,19 +233,22 @@ static void process_next(conn *c)
         uv_queue_work(loop, &u->w, uvpool_work, uvpool_after_work);
         return;
     }
-    if (wspool_cq_overloaded(cq)) { /* shed load while queue delay stands above target */
+    if (http_sheddable(&O, &u->j) && wspool_cq_overloaded(cq)) { /* shed load while queue delay stands above target */
         free(u);
         atomic_fetch_add(&HC.shed_overload, 1);
         respond_text(c, 503, "Service Unavailable", "overloaded\n");
         return;
     }
-    if (wspool_cq_submit(cq, http_job_run, on_done, u) != WSPOOL_OK) { /* glue */
+    wspool_submit_opts so;
+    http_request_opts(&O, &u->j, sleep_lane, &so);
+    if (wspool_cq_submit_ex(cq, http_job_run, on_done, u, &so) != WSPOOL_OK) { /* glue */
         free(u);
         atomic_fetch_add(&HC.shed_refused, 1);
         respond_text(c, 503, "Service Unavailable", "refused\n");
         return;
     }
     c->refs++;
+    c->inflight = u;
     http_count_submitted();
 }
 
@@ -288,6 +301,8 @@ static void on_stop(uv_signal_t *s, int signum)
         wspool_cq_close(cq, WSPOOL_CQ_CLOSE_CANCEL, -1); /* glue: every pending done runs, now */
         cq = NULL;
         uv_close((uv_handle_t *)&cq_poll, NULL); /* glue */
+        wspool_serial_destroy(sleep_lane);
+        sleep_lane = NULL;
     }
     uv_close((uv_handle_t *)&listener, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
@@ -318,6 +333,7 @@ int main(int argc, char **argv)
         co.overload_target_us = O.target_us;
         co.overload_interval_us = O.interval_us;
         co.on_signal = http_on_signal;
+        sleep_lane = http_make_sleep_lane(&O, pool);
         wspool_cq_create(pool, &co, &cq);                        /* glue */
         uv_poll_init(loop, &cq_poll, wspool_cq_fd(cq));          /* glue */
         uv_poll_start(&cq_poll, UV_READABLE, on_cq_readable);    /* glue */

@@ -14,6 +14,12 @@
 3. Overload: /work?n=N with N sized to ~1 ms, open loop at ~2x the capacity
    of 2 threads, on http_libuv with the default 5 ms target / 5 ms interval:
    served p99 vs 3x the target, and how fast the excess gets its 503.
+4. Per-request control (issue 29), section "control": /ping at high
+   priority beside /work at 2x capacity (against --plain, today's FIFO);
+   /work with 20 ms deadlines (CoDel off): served p99, expired requests and
+   requests started after their deadline (the server checks every start);
+   64 connections of /sleep?ms=50 in a lane of 2 beside /ping: /ping p99
+   and the most /sleep requests running at once (against --plain).
 
 Every section also has rows with the pool's threads 19 nicer than the loop
 (`--worker-nice 19`, the pool's thread_nice); more with --variant.
@@ -126,7 +132,7 @@ def main():
     ap.add_argument("--load", default="target/embed/httpload")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
-    ap.add_argument("--only", default="mix,cpu,overload", help="sections to run, comma-separated")
+    ap.add_argument("--only", default="mix,cpu,overload,control", help="sections to run, comma-separated")
     ap.add_argument("--nice", default="", help="other --worker-nice values for overload rows")
     ap.add_argument("--variant", action="append", default=["--worker-nice 19"],
                     help="extra server arguments for another row of each wspool server in every section")
@@ -223,6 +229,79 @@ def main():
             print(f"| {name} | {f('ok') / a.seconds:,.0f} | {f('shed') / a.seconds:,.0f} | {f('ok_p50_us') / 1000:.2f} "
                   f"| {f('ok_p99_us') / 1000:.2f} | {f('shed_p50_us') / 1000:.3f} | {f('shed_p99_us') / 1000:.3f} "
                   f"| {med(trips):.0f} | {lost:.0f} in flight at the end | {others()} |")
+
+    if "control" in only:
+        control(a, uv, ev)
+
+
+def control(a, uv, ev):
+    """Section 4: priorities, deadlines and lanes in the HTTP examples (issue 29)."""
+    p, port = start(uv, "--threads", "2", "--target-us", "0")
+    n = 200000
+    r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
+    n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
+    capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
+    stop(p)
+    offered = 2 * capacity
+    work = f"/work?n={n}"
+    print(f"\n### Per-request control: /work?n={n} (~1 ms) open loop at {offered:,.0f} req/s over 62 conns "
+          f"(2x the capacity of 2 threads, ≈ {capacity:,.0f} req/s) + /ping closed loop on 2 conns "
+          f"(medians of {a.rounds} x {a.seconds:g} s)\n")
+    print("| server | /ping p50 (ms) | /ping p99 (ms) | /work served/s | /work served p99 (ms) | /work 503/s "
+          "| expired | started after deadline | others (cores) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for name, b in (("libuv", uv), ("libevent", ev)):
+        rows += [
+            (f"{name}: --plain (today: one FIFO), CoDel 5 ms", b, ["--plain"]),
+            (f"{name}: /ping high priority, CoDel 5 ms", b, []),
+            (f"{name}: /ping high, /work deadline 20 ms, CoDel off", b, ["--target-us", "0", "--work-deadline-ms", "20"]),
+        ]
+    servers = [(nm, b, args, None) for nm, b, args in rows]
+
+    def one(b, args, env):
+        p, port = start(b, "--threads", "2", *args, env=env)
+        r = load(a.load, port, a.seconds, f"62:{offered:.0f}:{work}", "2:0:/ping", server_pid=p.pid)
+        expired = server_metric(port, "wspool_expired_tasks_total")
+        late = server_metric(port, "http_started_late_total")
+        stop(p)
+        return (r, expired, late), OTHERS.pop()
+
+    for (name, _, _, _), runs in interleaved(servers, a.rounds, one):
+        res = [x for x, _ in runs]
+        OTHERS.extend(o for _, o in runs)
+        ping = [x[0]["/ping"] for x in res]
+        w = [x[0][work] for x in res]
+        print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
+              f"| {med([x['ok'] for x in w]) / a.seconds:,.0f} | {med([x['ok_p99_us'] for x in w]) / 1000:.2f} "
+              f"| {med([x['shed'] for x in w]) / a.seconds:,.0f} | {med([x[1] for x in res]):,.0f} "
+              f"| {max(x[2] for x in res):.0f} (max) | {others()} |")
+
+    print(f"\n### Lanes: 64 conns of /sleep?ms=50 (closed loop) + /ping closed loop on 2 conns, min_threads 2 "
+          f"(medians of {a.rounds} x {a.seconds:g} s)\n")
+    print("| server | /ping p50 (ms) | /ping p99 (ms) | /sleep served/s | most /sleep running at once | peak threads | others (cores) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    lane_servers = []
+    for name, b in (("libuv", uv), ("libevent", ev)):
+        lane_servers += [(f"{name}: --plain (no lane)", b, ["--plain"], None),
+                         (f"{name}: /sleep in a lane of 2", b, ["--sleep-lane", "2"], None)]
+
+    def lane_round(b, args, env):
+        p, port = start(b, "--threads", "2", *args, env=env)
+        r = load(a.load, port, a.seconds, "64:0:/sleep?ms=50", "2:0:/ping", server_pid=p.pid)
+        most = server_metric(port, "http_sleep_max_concurrent_total")
+        peak = server_metric(port, "wspool_peak_threads")
+        stop(p)
+        return (r, most, peak), OTHERS.pop()
+
+    for (name, _, _, _), runs in interleaved(lane_servers, a.rounds, lane_round):
+        res = [x for x, _ in runs]
+        OTHERS.extend(o for _, o in runs)
+        ping = [x[0]["/ping"] for x in res]
+        sl = [x[0]["/sleep?ms=50"] for x in res]
+        print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
+              f"| {med([x['ok'] for x in sl]) / a.seconds:,.0f} | {max(x[1] for x in res):.0f} (max) "
+              f"| {med([x[2] for x in res]):.0f} | {others()} |")
 
 
 if __name__ == "__main__":
