@@ -116,6 +116,13 @@
 #define WSPOOL_EEXPIRED -11
 
 /**
+ * An untimed wait that could never succeed, refused instead of hanging (issue 26): a task waiting
+ * on its own handle, a group's task waiting on that group, a serial queue's task waiting on a
+ * task queued behind it on the same queue. The awaited work is untouched.
+ */
+#define WSPOOL_EDEADLK -12
+
+/**
  * Growth: keep `min_threads`, add threads for blocking regions and detected starvation (default).
  */
 #define WSPOOL_GROWTH_ADAPTIVE 0
@@ -616,7 +623,18 @@ typedef struct wspool_stats {
    * unrun (counted neither in `cancelled` nor in `completed`).
    */
   uint64_t expired;
+  /**
+   * Added with diagnosis (issue 26): stall episodes, in which queued work stood still for the
+   * stall threshold while every thread was occupied (`wspool_set_stall_handler`).
+   */
+  uint64_t stalls;
 } wspool_stats;
+
+/**
+ * A stall report callback: `report` is the snapshot's text (as `wspool_dump` writes it), valid
+ * during the call only.
+ */
+typedef void (*wspool_stall_fn)(void *ctx, const char *report);
 
 /**
  * Wakes the loop (e.g. `uv_async_send`); runs on a pool thread or the submitting/draining thread.
@@ -893,7 +911,8 @@ int wspool_group_submit(struct wspool_group *g, wspool_fn fn, void *arg);
  * On a pool thread an untimed wait (-1) runs work of the waiter's own isolation region meanwhile:
  * first the newest jobs of its own deque (the group's tasks it just submitted), then the rest of
  * its region (see docs/helping.md); a timed wait, or a wait in a blocking region, runs nothing.
- * A task must not wait for its own group: it would wait for itself.
+ * A task of the group that waits for it untimed gets `WSPOOL_EDEADLK` at once (it would wait
+ * for itself); a timed wait just times out.
  */
 int wspool_group_wait(struct wspool_group *g, int64_t timeout_ms);
 
@@ -987,6 +1006,35 @@ int wspool_stats_init_sized(struct wspool_stats *st, size_t size);
  * includes every task that wait waited for: a task is counted before its waiters are released.
  */
 int wspool_stats_get(const struct wspool *pool, struct wspool_stats *out);
+
+/**
+ * Writes the pool's snapshot report into `buf`: what every pool thread is doing (running a task,
+ * in a declared blocking region, waiting on a task or group and who runs it, idle), every queue
+ * (global, lanes and serial queues: length, and for how long at least its oldest task waited),
+ * and the starvation monitor's recent decisions with their reasons (`docs/diagnosis.md`). The
+ * pool keeps running while it is taken: it is a sample, not a transaction.
+ *
+ * Truncation rule: the report is `needed - 1` bytes of text; when `len` is at least `needed` it is
+ * written whole, NUL-terminated. Otherwise only the whole lines that fit in `len - 1` bytes are
+ * written, NUL-terminated (nothing but the NUL when not even one line fits; nothing at all when
+ * `len` is 0, and `buf` may then be NULL). Either way the call returns `WSPOOL_OK` and stores
+ * `needed` (the full report's size, its NUL included) in `*needed` when `needed` is not NULL, so
+ * `needed > len` says it was cut: call again with a buffer of `needed` bytes (the next report may
+ * be a little longer; leave some room). `WSPOOL_EINVAL`: `pool` NULL, or `buf` NULL with `len > 0`.
+ */
+int wspool_dump(const struct wspool *pool, char *buf, size_t len, size_t *needed);
+
+/**
+ * Reports stalls to `func(ctx, report)`: when queued work has not moved for `after_ms` (0: the
+ * default, 1000) while every pool thread is occupied, the pool calls it once per stall episode
+ * (an episode ends when work moves again or the queues empty), on its monitor thread, with the
+ * snapshot report. Every episode is counted in `wspool_stats.stalls` and in OpenMetrics
+ * (`wspool_stall_episodes_total`), reported or not. `func` NULL removes the callback: reports then
+ * go to standard error if the environment variable `WSPOOL_STALL_REPORT` was set (not `0`) when
+ * the pool was created, else nowhere. A pool that has no monitor thread (FIXED, say) starts one
+ * that only watches. `ctx` is used from that thread; `func` must not unwind into the library.
+ */
+int wspool_set_stall_handler(struct wspool *pool, uint32_t after_ms, wspool_stall_fn func, void *ctx);
 
 /**
  * Fills `*opts` with the defaults, `struct_size` included. NULL is ignored (and sets the last error).

@@ -41,8 +41,9 @@ C_TEST_BIN := tests/c/bin
 # test_wspool covers every API function, test_lifecycle and test_shutdown the
 # lifecycle rules and races of issue 9, test_batch wspool_submit_batch (issue 15),
 # test_groups groups placed in caller storage (issue 15), test_request
-# per-request control: deadlines and lanes (issue 29).
-C_TESTS := test_wspool test_lifecycle test_shutdown test_batch test_groups test_request
+# per-request control: deadlines and lanes (issue 29), test_diagnosis
+# EDEADLK self-waits, wspool_dump and the stall callback (issue 26).
+C_TESTS := test_wspool test_lifecycle test_shutdown test_batch test_groups test_request test_diagnosis
 C_SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 C_SAN_TSAN := -fsanitize=thread
 

@@ -55,6 +55,9 @@ const FAMILIES: &[Family] = &[
     counter("threads_retired", "Worker threads retired.", |s| s.threads_retired as f64),
     counter("starvation_injections", "Threads added by the starvation monitor.", |s| s.starvation_injections as f64),
     counter("spawn_failures", "Thread creations the OS refused.", |s| s.spawn_failures as f64),
+    counter("stall_episodes", "Stall episodes: queued work stood still while every thread was occupied.", |s| {
+        s.stalls as f64
+    }),
     gauge("queue_delay_p50_seconds", "Median submit-to-start delay, recent window.", |s| {
         s.queue_delay_p50_ns as f64 * 1e-9
     }),

@@ -123,12 +123,16 @@ pub unsafe extern "C" fn wspool_group_submit(g: *mut wspool_group, r#fn: wspool_
 /// On a pool thread an untimed wait (-1) runs work of the waiter's own isolation region meanwhile:
 /// first the newest jobs of its own deque (the group's tasks it just submitted), then the rest of
 /// its region (see docs/helping.md); a timed wait, or a wait in a blocking region, runs nothing.
-/// A task must not wait for its own group: it would wait for itself.
+/// A task of the group that waits for it untimed gets `WSPOOL_EDEADLK` at once (it would wait
+/// for itself); a timed wait just times out.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_group_wait(g: *mut wspool_group, timeout_ms: i64) -> c_int {
     guard("wspool_group_wait", || {
         let g = group_of(g)?;
         let d = timeout(timeout_ms)?;
+        if d.is_none() && g.group.would_deadlock() {
+            return support::fail(crate::WSPOOL_EDEADLK, "a task of this group would wait for its own group");
+        }
         if !g.group.wait_for(d) {
             return timed_out();
         }

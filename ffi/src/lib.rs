@@ -33,6 +33,8 @@ mod thread;
 
 mod stats;
 
+mod dump;
+
 mod cq;
 
 mod args;
@@ -40,6 +42,7 @@ mod support;
 
 pub use config::*;
 pub use cq::*;
+pub use dump::*;
 pub use group::*;
 pub use pool::*;
 pub use serial::*;

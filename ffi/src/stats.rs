@@ -64,6 +64,9 @@ pub struct wspool_stats {
     /// Added with deadlines (issue 29): accepted tasks not started by their deadline, dropped
     /// unrun (counted neither in `cancelled` nor in `completed`).
     pub expired: u64,
+    /// Added with diagnosis (issue 26): stall episodes, in which queued work stood still for the
+    /// stall threshold while every thread was occupied (`wspool_set_stall_handler`).
+    pub stalls: u64,
 }
 
 /// Size of the first published `wspool_stats` layout (up to `queue_delay_max_ns`): the smallest accepted.
@@ -71,9 +74,10 @@ pub const WSPOOL_STATS_MIN_SIZE: usize = 168;
 const _: () = assert!(offset_of!(wspool_stats, queue_delay_max_ns) + 8 == WSPOOL_STATS_MIN_SIZE);
 
 /// The end of each published `wspool_stats` layout, oldest first.
-const STATS_LAYOUTS: [usize; 3] = [WSPOOL_STATS_MIN_SIZE, 176, size_of::<wspool_stats>()];
+const STATS_LAYOUTS: [usize; 4] = [WSPOOL_STATS_MIN_SIZE, 176, 184, size_of::<wspool_stats>()];
 const _: () = assert!(offset_of!(wspool_stats, spawn_failures) + 8 == STATS_LAYOUTS[1]);
 const _: () = assert!(offset_of!(wspool_stats, expired) + 8 == STATS_LAYOUTS[2]);
+const _: () = assert!(offset_of!(wspool_stats, stalls) + 8 == STATS_LAYOUTS[3]);
 
 /// Zeroes `*st` and sets `struct_size`, ready for `wspool_stats_get`. NULL is ignored (and sets
 /// the last error). The header maps `wspool_stats_init(st)` to
@@ -145,6 +149,7 @@ pub unsafe extern "C" fn wspool_stats_get(pool: *const wspool, out: *mut wspool_
             queue_delay_max_ns: s.queue_delay_max_ns,
             spawn_failures: s.spawn_failures,
             expired: s.expired,
+            stalls: s.stalls,
         };
         let n = support::whole_fields(size, &STATS_LAYOUTS);
         // SAFETY: the caller's struct has `size >= n` bytes.

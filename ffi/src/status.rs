@@ -61,6 +61,10 @@ pub const WSPOOL_EINTERNAL: c_int = -10;
 /// and its `on_cancel` has returned (from `wspool_task_wait`), or it can no longer be cancelled
 /// (from `wspool_task_cancel`).
 pub const WSPOOL_EEXPIRED: c_int = -11;
+/// An untimed wait that could never succeed, refused instead of hanging (issue 26): a task waiting
+/// on its own handle, a group's task waiting on that group, a serial queue's task waiting on a
+/// task queued behind it on the same queue. The awaited work is untouched.
+pub const WSPOOL_EDEADLK: c_int = -12;
 
 // ------------------------------------------------- version and errors -----
 
@@ -86,6 +90,7 @@ pub extern "C" fn wspool_strerror(status: c_int) -> *const c_char {
         WSPOOL_EFORKED => c"the object belongs to the parent of fork()",
         WSPOOL_EINTERNAL => c"internal error in wspool",
         WSPOOL_EEXPIRED => c"the task expired: not started by its deadline",
+        WSPOOL_EDEADLK => c"the wait would deadlock: the waiting task holds what it waits for",
         _ => c"unknown status",
     };
     s.as_ptr()

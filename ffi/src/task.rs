@@ -53,6 +53,9 @@ pub unsafe extern "C" fn wspool_task_wait(t: *mut wspool_task, timeout_ms: i64) 
     guard("wspool_task_wait", || {
         let t = task_of(t)?;
         let d = timeout(timeout_ms)?;
+        if d.is_none() && t.handle.would_deadlock() {
+            return fail(crate::WSPOOL_EDEADLK, "the task would wait for itself (or a serial task queued behind it)");
+        }
         if !t.handle.wait_for(d) {
             return timed_out();
         }
