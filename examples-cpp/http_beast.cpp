@@ -379,9 +379,12 @@ int main(int argc, char** argv) {
         std::printf("listening on %u\n", srv.acceptor.local_endpoint().port());
         std::fflush(stdout);
         srv.ioc.run();
+        // Before the io_context goes: a handler may still be inside
+        // asio::post(ioc, ...) (waking the loop) after the loop ran what it
+        // posted. Shutting down joins the threads, so every such call returned.
+        plain.reset();
+        pool.shutdown();
     }
-    plain.reset();
-    pool.shutdown();
     unsigned long long s = C.submitted.load(), d = C.done.load();
     std::fprintf(stderr, "http_beast: exit: requests=%llu submitted=%llu done=%llu cancelled=0\n", C.requests.load(), s, d);
     return s == d ? 0 : 3;

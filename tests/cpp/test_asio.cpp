@@ -19,8 +19,11 @@ void count_handler(std::exception_ptr, const char*) { g_handled++; }
 }  // namespace
 
 TEST(post_to_pool_and_back_to_the_io_context) {
-    wspool::pool pool(wspool::config().min_threads(2));
+    // The io_context first, so that the pool is destroyed (its tasks
+    // finished, its threads joined) before it: a task may still be inside
+    // asio::post(ioc, ...) when the io_context ran what it posted.
     asio::io_context ioc;
+    wspool::pool pool(wspool::config().min_threads(2));
     auto ex = pool.get_executor();
     std::thread::id loop = std::this_thread::get_id();
     int results = 0, wrong = 0;
@@ -65,8 +68,8 @@ TEST(dispatch_defer_and_work_guard) {
 TEST(async_operation_completes_on_the_pool) {
     // A timer on the io_context whose completion handler is bound to the
     // pool's executor: the handler runs on a pool thread, then posts back.
+    asio::io_context ioc;  // outlives the pool (see above)
     wspool::pool pool(wspool::config().min_threads(2));
-    asio::io_context ioc;
     asio::steady_timer t(ioc, 1ms);
     bool back = false;
     std::atomic<bool> on_pool{false};
