@@ -256,6 +256,10 @@ impl Handle {
             return Ok(true);
         }
         let task: &TaskHandle<()> = &self.task;
+        if timeout.is_none() && task.would_deadlock() {
+            // The calling call is this task (issue 26): it would wait for itself.
+            return Err(PyRuntimeError::new_err("wait would deadlock: a call waits for its own result"));
+        }
         wait_released(py, timeout, Some(&|| task.is_finished()), |t| task.wait_for(t))
     }
 

@@ -61,6 +61,7 @@ fn _wspool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Serial>()?;
     m.add_class::<map::MapIter>()?;
     m.add_class::<pool::Stats>()?;
+    m.add_class::<pool::PoolDump>()?;
     m.add_class::<pool::Blocking>()?;
     m.add_class::<cq::Completions>()?;
     m.add_function(wrap_pyfunction!(current_index, m)?)?;

@@ -334,6 +334,11 @@ impl Core {
         Ok(Stats::from(self.live()?.pool.stats()))
     }
 
+    /// A snapshot of what every pool thread and queue is doing (issue 26).
+    fn dump(&self) -> PyResult<PoolDump> {
+        Ok(PoolDump::from(self.live()?.pool.dump()))
+    }
+
     /// A task group on this pool.
     fn group(&self) -> PyResult<Group> {
         let owner = self.live()?;
@@ -406,6 +411,12 @@ impl Group {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         check_gen(self.owner.shared.gen_)?;
         let group: &wspool::Group = &self.group;
+        if timeout.is_none() && group.would_deadlock() {
+            // A call of this group waits for its own group (issue 26).
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "wait would deadlock: a call of this group waits for its own group",
+            ));
+        }
         wait_released(py, timeout, Some(&|| group.pending() == 0), |t| group.wait_for(t))
     }
 
@@ -507,7 +518,126 @@ stats_class!(
     queue_delay_p99_ns: u64,
     queue_delay_max_ns: u64,
     spawn_failures: u64,
+    stalls: u64,
 );
+
+/// `Pool.dump()`: `str()` is the report (docs/diagnosis.md); the records
+/// are lists of dicts (`threads`, `queues`, `decisions`), durations in
+/// seconds (lower bounds), `None` where unknown.
+#[pyclass(module = "wspool._wspool", frozen, get_all)]
+pub(crate) struct PoolDump {
+    report: String,
+    name: String,
+    live_threads: usize,
+    min_threads: usize,
+    max_threads: usize,
+    queued: usize,
+    stalls: u64,
+    threads: Vec<std::collections::BTreeMap<&'static str, DumpValue>>,
+    queues: Vec<std::collections::BTreeMap<&'static str, DumpValue>>,
+    decisions: Vec<std::collections::BTreeMap<&'static str, DumpValue>>,
+}
+
+/// A value of a dump record.
+#[derive(IntoPyObject, Clone)]
+pub(crate) enum DumpValue {
+    Int(u64),
+    Float(f64),
+    Text(String),
+    None(Option<u64>),
+}
+
+impl From<wspool::PoolDump> for PoolDump {
+    fn from(d: wspool::PoolDump) -> Self {
+        use DumpValue::{Float, Int, Text};
+        let secs = |v: Option<Duration>| v.map_or(DumpValue::None(None), |d| Float(d.as_secs_f64()));
+        let threads = d
+            .threads
+            .iter()
+            .map(|t| {
+                let (state, on, holder) = match t.state {
+                    wspool::ThreadState::Waiting { on, holder, .. } => (
+                        "waiting",
+                        Text(format!("{on:?}").to_lowercase()),
+                        holder.map_or(DumpValue::None(None), |h| Int(h as u64)),
+                    ),
+                    s => (state_name(s), DumpValue::None(None), DumpValue::None(None)),
+                };
+                std::collections::BTreeMap::from([
+                    ("index", Int(t.index as u64)),
+                    ("os_tid", Int(t.os_tid)),
+                    ("state", Text(state.into())),
+                    ("waiting_on", on),
+                    ("holder", holder),
+                    ("for_at_least", secs(t.for_at_least)),
+                    ("injected", Int(t.injected as u64)),
+                    ("deque_len", Int(t.deque_len as u64)),
+                    ("inbox_len", Int(t.inbox_len as u64)),
+                    ("tasks_taken", Int(t.tasks_taken)),
+                ])
+            })
+            .collect();
+        let queues = d
+            .queues
+            .iter()
+            .map(|q| {
+                std::collections::BTreeMap::from([
+                    ("name", Text(q.name.clone())),
+                    ("len", Int(q.len as u64)),
+                    ("running", Int(q.running as u64)),
+                    ("oldest_at_least", secs(q.oldest_at_least)),
+                ])
+            })
+            .collect();
+        let decisions = d
+            .decisions
+            .iter()
+            .map(|m| {
+                std::collections::BTreeMap::from([
+                    ("ago", Float(m.ago.as_secs_f64())),
+                    ("threads", Int(m.threads as u64)),
+                    ("action", Text(m.action.to_string())),
+                    ("reason", Text(m.reason.to_string())),
+                ])
+            })
+            .collect();
+        PoolDump {
+            report: d.to_string(),
+            name: d.name,
+            live_threads: d.live_threads,
+            min_threads: d.min_threads,
+            max_threads: d.max_threads,
+            queued: d.queued,
+            stalls: d.stalls,
+            threads,
+            queues,
+            decisions,
+        }
+    }
+}
+
+fn state_name(s: wspool::ThreadState) -> &'static str {
+    match s {
+        wspool::ThreadState::Running => "running",
+        wspool::ThreadState::Blocking => "blocking",
+        wspool::ThreadState::Waiting { .. } => "waiting",
+        wspool::ThreadState::Searching => "searching",
+        wspool::ThreadState::Spinning => "spinning",
+        wspool::ThreadState::Parked => "parked",
+        _ => "unknown",
+    }
+}
+
+#[pymethods]
+impl PoolDump {
+    fn __str__(&self) -> String {
+        self.report.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<wspool.PoolDump {:?}: {} threads, {} queued>", self.name, self.live_threads, self.queued)
+    }
+}
 
 /// `with wspool.blocking(): ...` marks code that blocks for real (I/O, a
 /// foreign lock, `time.sleep`): on a pool thread of a pool that may grow

@@ -37,7 +37,7 @@ from concurrent.futures.thread import BrokenThreadPool, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast
 
 from . import _wspool
-from ._wspool import MapIter, RejectedError, Stats, blocking, current_index
+from ._wspool import MapIter, PoolDump, RejectedError, Stats, blocking, current_index
 
 if TYPE_CHECKING:
     from typing_extensions import ParamSpec
@@ -50,6 +50,7 @@ __all__ = [
     "Group",
     "MapIter",
     "Pool",
+    "PoolDump",
     "RejectedError",
     "Serial",
     "Stats",
@@ -480,6 +481,11 @@ class Pool(ThreadPoolExecutor):
     def stats(self) -> Stats:
         """A snapshot of the pool's counters (threads, queue, steals, delays...)."""
         return self._core.stats()
+
+    def dump(self) -> PoolDump:
+        """What every pool thread and queue is doing now (``str()``: the report;
+        see docs/diagnosis.md). The pool keeps running while it is taken."""
+        return self._core.dump()
 
     def group(self) -> Group:
         """A group: ``g.submit(...)`` like ``pool.submit``; ``g.wait(timeout)`` waits for all of them."""
