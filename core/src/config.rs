@@ -28,12 +28,11 @@ pub enum Growth {
     /// blocked in a declared blocking region (or, when no thread at all is
     /// left to run queued work, one parked in a wait), up to `max_threads`;
     /// never for throughput (no starvation monitor). A lent thread retires
-    /// as soon as it is between two tasks and the threads outside blocking
-    /// regions are more than `min_threads` (no `keep_alive` wait). So at
-    /// most `min_threads` threads run tasks outside blocking regions, except
-    /// while a thread whose region just ended finishes the task it was in.
-    /// The Python package's default: `max_workers` stays a bound on calls
-    /// running, and nested waits cannot deadlock.
+    /// as soon as it finds no queued work while the threads outside
+    /// blocking regions are more than `min_threads` (no `keep_alive` wait).
+    /// The Python package's default, which bounds the calls executing at
+    /// once itself: nested waits cannot deadlock there, and threads come
+    /// only from waits.
     Compensate,
 }
 

@@ -171,8 +171,11 @@ impl Registry {
 
     /// `Growth::Compensate`: called by a worker between two tasks (or about
     /// to park); true when it is a lent thread no blocking region needs any
-    /// more and is retired (`threads` already decremented), so it must exit.
-    /// One load of each counter when there is nothing to retire.
+    /// more and finds no queued work, and is retired (`threads` already
+    /// decremented), so it must exit. While work is queued it keeps taking
+    /// it (a burst of blocking tasks keeps its threads instead of retiring
+    /// and starting one per task). One load of each counter when there is
+    /// nothing to retire.
     #[inline]
     pub(crate) fn retire_if_surplus(&self) -> bool {
         self.config.growth == Growth::Compensate && self.retire_surplus()
@@ -185,6 +188,9 @@ impl Registry {
         // blocking regions, and one at least is not parked in a wait.
         let surplus = |n: usize, blocked: usize, waiting: usize| n > min + blocked && n - 1 > blocked + waiting;
         let (blocked, waiting) = (self.compensation.blocked(), self.compensation.waiting());
+        if !surplus(self.threads.load(SeqCst), blocked, waiting) || self.has_visible_work() {
+            return false;
+        }
         if self.threads.fetch_update(SeqCst, SeqCst, |n| surplus(n, blocked, waiting).then(|| n - 1)).is_err() {
             return false;
         }
