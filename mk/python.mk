@@ -135,11 +135,12 @@ wheel: $(PY_WHEEL_TOOLS_STAMP)
 	  $(PY_BIN)/maturin build --release --locked --zig --compatibility manylinux2014 --out "$(abspath $(PY_WHEEL_DIR))"
 	cd bindings/python && PATH="$(PY_BIN):$$PATH" $(PY_BIN)/maturin sdist --out "$(abspath $(PY_WHEEL_DIR))"
 	$(PY_BIN)/auditwheel show $(PY_WHEEL_DIR)/*.whl | tee $(PY_WHEEL_DIR)/auditwheel-show.txt
-	@tr '\n' ' ' < $(PY_WHEEL_DIR)/auditwheel-show.txt | grep -q '"$(PY_WHEEL_TAG)"' \
+	@grep -q '^"$(PY_WHEEL_TAG)"\.$$' $(PY_WHEEL_DIR)/auditwheel-show.txt \
 	  || { echo "wheel: auditwheel does not find the wheel consistent with $(PY_WHEEL_TAG)" >&2; exit 1; }
-	@unzip -l $(PY_WHEEL_DIR)/*.whl > $(PY_WHEEL_DIR)/wheel-files.txt
+	@$(PY) -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print("\n".join(z.namelist())); \
+	  open(sys.argv[2], "wb").write(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))))' \
+	  $(PY_WHEEL_DIR)/*.whl $(PY_WHEEL_DIR)/METADATA.txt > $(PY_WHEEL_DIR)/wheel-files.txt
 	@tar tzf $(PY_WHEEL_DIR)/*.tar.gz > $(PY_WHEEL_DIR)/sdist-files.txt
-	@unzip -p $(PY_WHEEL_DIR)/*.whl '*.dist-info/METADATA' > $(PY_WHEEL_DIR)/METADATA.txt
 	@for f in LICENSE-MIT LICENSE-APACHE; do \
 	  grep -q "dist-info/licenses/$$f" $(PY_WHEEL_DIR)/wheel-files.txt || { echo "wheel: $$f missing" >&2; exit 1; }; \
 	  grep -q "^wspool-[^/]*/$$f$$" $(PY_WHEEL_DIR)/sdist-files.txt || { echo "sdist: $$f missing" >&2; exit 1; }; \
