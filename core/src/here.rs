@@ -25,6 +25,9 @@ pub(crate) struct Here {
     /// The group whose member task runs on this thread now (innermost), so
     /// that its untimed wait on that group fails instead of hanging.
     pub(crate) group: Cell<*const ()>,
+    /// The serial queue (a lane of 1) whose task runs on this thread now
+    /// (innermost; 0: none), for the same check on a task queued behind it.
+    pub(crate) lane: Cell<usize>,
 }
 
 thread_local! {
@@ -35,6 +38,7 @@ thread_local! {
             sample_tick: Cell::new(0),
             completion: Cell::new(Completion::NOWHERE),
             group: Cell::new(std::ptr::null()),
+            lane: Cell::new(0),
         }
     };
 }

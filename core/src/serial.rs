@@ -54,6 +54,8 @@ struct SerialState {
     running: usize,
     /// Most tasks of this queue running at once (1: a serial queue).
     limit: usize,
+    /// Tasks started so far (a progress mark for snapshots, `dump.rs`).
+    started: u64,
 }
 
 impl SerialInner {
@@ -103,10 +105,18 @@ impl SerialInner {
             st.queued -= 1;
             let job = st.tasks.pop_front();
             st.running += job.is_some() as usize;
-            job
+            st.started += job.is_some() as u64;
+            // A serial queue's task marks its thread, so that its untimed
+            // wait on a task queued behind it fails (`TaskHandle::would_deadlock`).
+            (job, if st.limit == 1 { Arc::as_ptr(&self) as usize } else { 0 })
         };
+        let (job, serial) = job;
         let took = job.is_some();
-        let ran = match job.map(|job| catch_unwind(AssertUnwindSafe(|| job.run()))) {
+        let here = crate::here::here();
+        let outer_lane = here.lane.replace(serial);
+        let ran = job.map(|job| catch_unwind(AssertUnwindSafe(|| job.run())));
+        here.lane.set(outer_lane);
+        let ran = match ran {
             Some(Ok(ran)) => ran,
             Some(Err(payload)) => {
                 self.registry.counters.panicked.add(1);
@@ -152,16 +162,25 @@ impl SerialInner {
     }
 }
 
+impl crate::dump::LaneProbe for SerialInner {
+    fn probe(&self) -> (usize, usize, usize, u64) {
+        let st = lock(&self.state);
+        (st.tasks.len(), st.running, st.limit, st.started)
+    }
+}
+
 impl SerialQueue {
     pub(crate) fn new(registry: Arc<Registry>, limit: usize, priority: Priority) -> SerialQueue {
         debug_assert!(limit >= 1);
-        SerialQueue {
-            inner: Arc::new(SerialInner {
-                registry,
-                priority,
-                state: Mutex::new(SerialState { tasks: VecDeque::new(), queued: 0, running: 0, limit }),
-            }),
-        }
+        let inner = Arc::new(SerialInner {
+            registry,
+            priority,
+            state: Mutex::new(SerialState { tasks: VecDeque::new(), queued: 0, running: 0, limit, started: 0 }),
+        });
+        // Listed for snapshots while alive (`Pool::dump`).
+        let probe: std::sync::Weak<dyn crate::dump::LaneProbe> = Arc::downgrade(&inner) as _;
+        inner.registry.diag.add_lane(probe);
+        SerialQueue { inner }
     }
 
     /// Most tasks of this queue that run at once (1 for [`crate::Pool::serial`]).
@@ -235,6 +254,9 @@ impl SerialQueue {
             Some(group) => TaskHandle::with_deadline(&self.inner.registry, group.bind_handled(f), false, deadline),
             None => TaskHandle::with_deadline(&self.inner.registry, f, false, deadline),
         };
+        if lock(&self.inner.state).limit == 1 {
+            handle.set_serial(Arc::as_ptr(&self.inner) as usize);
+        }
         self.inner.enqueue(job);
         Ok(handle)
     }

@@ -58,6 +58,10 @@ struct TaskCell<T, F> {
     /// whether it is that thread (its own store, so Relaxed is exact), and
     /// by snapshots as a hint of who runs it.
     runner: AtomicUsize,
+    /// The serial queue (a lane of 1) it is queued on, 0 for none: set once
+    /// by the queue before the handle is returned (Relaxed: whoever waits
+    /// got the handle through a synchronising hand-over).
+    serial: AtomicUsize,
 }
 
 // SAFETY: `func` and `result` are accessed only by the single owner that
@@ -169,6 +173,9 @@ trait TaskControl<T>: Send + Sync {
     fn take_result(&self) -> Option<Result<T, TaskError>>;
     /// The `Here` address of the thread running it, 0 unless RUNNING.
     fn runner(&self) -> usize;
+    /// Its serial queue if it is still PENDING on one, else 0.
+    fn pending_on_serial(&self) -> usize;
+    fn set_serial(&self, queue: usize);
 }
 
 impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskControl<T> for TaskCell<T, F> {
@@ -201,6 +208,12 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskControl<T> for Ta
     }
     fn runner(&self) -> usize {
         if self.state.load(SeqCst) == RUNNING { self.runner.load(Relaxed) } else { 0 }
+    }
+    fn pending_on_serial(&self) -> usize {
+        if self.state.load(SeqCst) == PENDING { self.serial.load(Relaxed) } else { 0 }
+    }
+    fn set_serial(&self, queue: usize) {
+        self.serial.store(queue, Relaxed);
     }
     fn take_result(&self) -> Option<Result<T, TaskError>> {
         if !self.latch.probe() {
@@ -251,6 +264,7 @@ impl<T: Send + 'static> TaskHandle<T> {
             latch: OnceLatch::default(),
             registry: registry.clone(),
             runner: AtomicUsize::new(0),
+            serial: AtomicUsize::new(0),
         });
         let job = cell.job_ref();
         (TaskHandle { cell }, job)
@@ -349,8 +363,21 @@ impl<T: Send + 'static> TaskHandle<T> {
     /// calling task runs a turn of a serial queue (a lane of 1) on which
     /// this task is still queued, behind it.
     pub fn would_deadlock(&self) -> bool {
+        let here = crate::here::here();
         let runner = self.cell.runner();
-        runner != 0 && runner == crate::here::here() as *const crate::here::Here as usize
+        if runner != 0 {
+            return runner == here as *const crate::here::Here as usize;
+        }
+        // Still queued on the serial queue whose turn this thread runs: it
+        // is behind the caller, and the queue starts it only after the
+        // caller's task returned.
+        let serial = here.lane.get();
+        serial != 0 && self.cell.pending_on_serial() == serial
+    }
+
+    /// Marks the task as queued on serial queue `queue` (`SerialQueue`).
+    pub(crate) fn set_serial(&self, queue: usize) {
+        self.cell.set_serial(queue);
     }
 
     /// Waits at most `d`; true once the task is finished.

@@ -184,3 +184,62 @@ fn a_task_waiting_on_its_own_handle_gets_the_error() {
         assert_eq!(err.as_deref(), Some("wait would deadlock: the waiting task itself holds what it waits for"));
     });
 }
+
+/// A serial queue's task (or a lane of 1's) that waits on a task queued
+/// behind it on the same queue gets `WouldDeadlock`: the queue starts that
+/// task only after the waiting one returned. On a lane of 2 the same wait
+/// is fine: the second place runs it.
+#[test]
+fn a_serial_task_waiting_on_a_task_behind_it_gets_the_error() {
+    watchdog(LIMIT, "serial self-waits", || {
+        let pool = Pool::builder().min_threads(2).build().unwrap();
+        for (queue, refused) in [(pool.serial(), true), (pool.lane(1), true), (pool.lane(2), false)] {
+            let (give, take) = mpsc::channel::<wspool::TaskHandle<u32>>();
+            let first = queue
+                .submit(move || {
+                    let behind = take.recv().unwrap();
+                    let would = behind.would_deadlock();
+                    (would, behind.wait().map_err(|e| e.to_string()))
+                })
+                .unwrap();
+            give.send(queue.submit(|| 7).unwrap()).unwrap();
+            let (would, waited) = first.wait().unwrap();
+            assert_eq!(would, refused, "limit {}", queue.limit());
+            if refused {
+                assert!(waited.unwrap_err().contains("would deadlock"));
+            } else {
+                assert_eq!(waited, Ok(7));
+            }
+        }
+    });
+}
+
+/// Lanes and serial queues appear in a snapshot with their queued and
+/// running tasks, and a dropped, drained one disappears.
+#[test]
+fn a_snapshot_lists_lanes() {
+    watchdog(LIMIT, "lanes in a snapshot", || {
+        let pool = Pool::builder().min_threads(2).build().unwrap();
+        let gate = Arc::new(Gate::default());
+        let _open = OpenOnDrop(gate.clone());
+        let lane = pool.lane(1);
+        let started = Arc::new(AtomicUsize::new(0));
+        let (g, s) = (gate.clone(), started.clone());
+        lane.spawn(move || {
+            s.store(1, SeqCst);
+            g.wait();
+        })
+        .unwrap();
+        lane.spawn(|| {}).unwrap();
+        lane.spawn(|| {}).unwrap();
+        eventually(LIMIT, "the lane's first task started", || started.load(SeqCst) == 1);
+        let d = pool.dump();
+        let q = d.queues.iter().find(|q| q.name.starts_with("lane ") && q.name.ends_with("/1")).expect("the lane");
+        assert_eq!((q.len, q.running), (2, 1), "{d}");
+        assert!(d.to_string().contains("2 queued, 1 running"), "{d}");
+        gate.open();
+        drop(lane);
+        eventually(LIMIT, "the lane drained", || pool.stats().completed == 3);
+        assert!(pool.dump().queues.iter().all(|q| !q.name.starts_with("lane ")));
+    });
+}

@@ -3,7 +3,8 @@
  * on its group); wspool_dump's report and truncation rule; the stall
  * callback and wspool_stats.stalls. No check depends on timing: states are
  * set up with gates, and a wait that must end is bounded by MUST_MS (a hang
- * becomes a failure). Run by `make test-c` in the same four passes as
+ * becomes a failure). A serial queue's task waiting on a task queued behind
+ * it gets WSPOOL_EDEADLK too. Run by `make test-c` in the same four passes as
  * test_wspool. */
 #include "harness.h"
 
@@ -81,6 +82,47 @@ static void test_group_task_waiting_on_its_group_gets_edeadlk(void) {
     CHECK(strstr(wspool_strerror(atomic_load(&s.result)), "deadlock") != NULL);
     OK(wspool_group_wait(g, MUST_MS));
     wspool_group_destroy(g);
+    wspool_destroy(p);
+}
+
+/* A serial queue's task that waits, untimed, on a task queued behind it on
+ * the same queue: the queue would start that task only after this one. */
+typedef struct {
+    _Atomic(wspool_task *) behind;
+    atomic_int result;
+    atomic_int done;
+} serialwait_t;
+
+static void task_waits_on_the_next(void *a) {
+    serialwait_t *s = a;
+    wspool_task *t;
+    while ((t = atomic_load(&s->behind)) == NULL) sleep_ms(1);
+    atomic_store(&s->result, wspool_task_wait(t, -1));
+    atomic_store(&s->done, 1);
+}
+
+static void test_serial_task_waiting_on_the_next_gets_edeadlk(void) {
+    wspool *p = make_pool(2, 2, WSPOOL_GROWTH_FIXED);
+    wspool_serial *q = NULL;
+    OK(wspool_serial_create(p, &q));
+    serialwait_t s;
+    atomic_init(&s.behind, NULL);
+    atomic_init(&s.result, 0);
+    atomic_init(&s.done, 0);
+    wspool_submit_opts o;
+    wspool_submit_opts_init(&o);
+    o.serial = q;
+    wspool_task *first = NULL, *next = NULL;
+    OK(wspool_submit_ex(p, task_waits_on_the_next, &s, &o, &first));
+    OK(wspool_submit_ex(p, task_nop, NULL, &o, &next));
+    atomic_store(&s.behind, next);
+    CHECK(wait_at_least(&s.done, 1));
+    CHECK_EQ(atomic_load(&s.result), WSPOOL_EDEADLK);
+    OK(wspool_task_wait(first, MUST_MS));
+    OK(wspool_task_wait(next, MUST_MS));
+    wspool_task_release(first);
+    wspool_task_release(next);
+    wspool_serial_destroy(q);
     wspool_destroy(p);
 }
 
@@ -162,6 +204,7 @@ int main(int argc, char **argv) {
         {"edeadlk_status", test_edeadlk_status},
         {"task_waiting_on_itself_gets_edeadlk", test_task_waiting_on_itself_gets_edeadlk},
         {"group_task_waiting_on_its_group_gets_edeadlk", test_group_task_waiting_on_its_group_gets_edeadlk},
+        {"serial_task_waiting_on_the_next_gets_edeadlk", test_serial_task_waiting_on_the_next_gets_edeadlk},
         {"dump_report_and_truncation", test_dump_report_and_truncation},
         {"stall_handler_reports_and_counts", test_stall_handler_reports_and_counts},
     };
