@@ -136,9 +136,11 @@ typedef struct http_counters {
     atomic_ullong requests, submitted, done, done_cancelled, shed_overload, shed_refused, client_gone;
     atomic_ullong overload_signals, admitted_overloaded;
     atomic_ullong done_expired, skipped_client_gone;
-    /* Written on pool threads: requests started after their deadline (the pool must make this 0),
-     * /sleep requests running now and the most at once. */
-    atomic_ullong started_late, sleeping, sleeping_max;
+    /* Written on pool threads: requests whose work began after their deadline by this server's own
+     * clock read, and by how much at most (the pool checks the deadline just before it starts the
+     * work; a thread preempted in between starts it later), /sleep requests running now and the
+     * most at once. */
+    atomic_ullong started_late, started_late_max_us, sleeping, sleeping_max;
 } http_counters;
 
 static http_counters HC;
@@ -180,8 +182,13 @@ static void http_job_run(void *arg)
         j->skipped = true; /* nobody to answer: what a cancel would have saved */
         return;
     }
-    if (j->deadline_ns && wspool_now_ns() > j->deadline_ns)
-        atomic_fetch_add(&HC.started_late, 1); /* an independent check of the pool's rule */
+    uint64_t now = j->deadline_ns ? wspool_now_ns() : 0;
+    if (now > j->deadline_ns && j->deadline_ns) { /* an independent check of the pool's rule */
+        atomic_fetch_add(&HC.started_late, 1);
+        unsigned long long late = (now - j->deadline_ns) / 1000, seen = atomic_load(&HC.started_late_max_us);
+        while (late > seen && !atomic_compare_exchange_weak(&HC.started_late_max_us, &seen, late)) {
+        }
+    }
     switch (j->kind) {
     case J_PING:
         j->body_len = snprintf(j->body, sizeof j->body, "pong\n");
@@ -361,8 +368,10 @@ static char *http_metrics_text(wspool *pool, size_t *len)
          offsetof(http_counters, done_expired)},
         {"http_skipped_client_gone", "Queued requests whose client hung up: the pool skipped their work.",
          offsetof(http_counters, skipped_client_gone)},
-        {"http_started_late", "Requests whose work started after their deadline (the pool must keep this 0).",
+        {"http_started_late", "Requests whose work began after their deadline by the server's clock read.",
          offsetof(http_counters, started_late)},
+        {"http_started_late_max_us", "The most such a start was late, in microseconds (only grows).",
+         offsetof(http_counters, started_late_max_us)},
         {"http_sleep_max_concurrent", "Most /sleep requests running at once (a counter that only grows).",
          offsetof(http_counters, sleeping_max)},
     };
