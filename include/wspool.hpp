@@ -561,17 +561,29 @@ struct post_node {
     static void cancelled(void* arg) noexcept { free_node(static_cast<post_node*>(arg)); }
 };
 
+/// The default options with N's on_cancel, filled once per node type (a
+/// submission then copies nothing and calls no init function).
+template <class N>
+const wspool_submit_opts* defaults_for() noexcept {
+    static const wspool_submit_opts o = [] {
+        wspool_submit_opts x;
+        wspool_submit_opts_init(&x);
+        x.on_cancel = &N::cancelled;  // a CANCEL shutdown frees the node
+        return x;
+    }();
+    return &o;
+}
+
 /// Submits a post_node for f; on refusal frees it and throws.
 template <class F>
 void post_on(capi::wspool* p, const wspool_submit_opts* opts, F&& f) {
     using N = post_node<std::decay_t<F>>;
     N* n = make_node<N>(p, std::forward<F>(f));
     wspool_submit_opts local;
-    if (!opts || !opts->on_cancel) {
-        if (opts)
-            local = *opts;
-        else
-            wspool_submit_opts_init(&local);
+    if (!opts) {
+        opts = defaults_for<N>();
+    } else {
+        local = *opts;
         local.on_cancel = &N::cancelled;  // a CANCEL shutdown frees the node
         opts = &local;
     }
@@ -677,13 +689,15 @@ auto submit_on(capi::wspool* p, const wspool_submit_opts* opts, F&& f) -> task<s
     using N = task_node<T, std::decay_t<F>>;
     N* n = make_node<N>(p, std::forward<F>(f));
     wspool_submit_opts o;
-    if (opts)
+    if (opts) {
         o = *opts;
-    else
-        wspool_submit_opts_init(&o);
-    o.on_cancel = &N::cancelled;
+        o.on_cancel = &N::cancelled;
+        opts = &o;
+    } else {
+        opts = defaults_for<N>();
+    }
     wspool_task* h = nullptr;
-    int st = wspool_submit_ex(p, &N::run, n, &o, &h);
+    int st = wspool_submit_ex(p, &N::run, n, opts, &h);
     if (st != WSPOOL_OK) {
         free_node(n);  // refused: neither run nor on_cancel will be called
         throw_status(st, "wspool_submit_ex");

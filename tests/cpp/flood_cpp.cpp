@@ -3,6 +3,8 @@
 // valgrind's heap counts. Usage: flood_cpp VARIANT N
 //
 //   c          wspool_submit(pool, tiny, NULL): a C function, no argument
+//   c_ex       wspool_submit_ex(pool, tiny, NULL, &opts, NULL) with an on_cancel:
+//              what pool.post does under its callable (the like-for-like C peer)
 //   c_handle   wspool_submit_ex(..., &handle) of the same C function, handles
 //              kept in a reserved vector and released after the drain (the
 //              C-API peer of cpp_submit)
@@ -61,6 +63,13 @@ int flood(wspool::pool& pool, const std::string& v, long n, bool measured) {
     if (v == "c") {
         for (long i = 0; i < n; i++)
             if (wspool::capi::wspool_submit(pool.native_handle(), tiny, nullptr) != WSPOOL_OK) return 1;
+    } else if (v == "c_ex") {
+        using namespace wspool::capi;  // the _init macros name the C functions unqualified
+        wspool_submit_opts o;
+        wspool_submit_opts_init(&o);
+        o.on_cancel = tiny;
+        for (long i = 0; i < n; i++)
+            if (wspool::capi::wspool_submit_ex(pool.native_handle(), tiny, nullptr, &o, nullptr) != WSPOOL_OK) return 1;
     } else if (v == "c_handle") {
         for (long i = 0; i < n; i++) {
             wspool::capi::wspool_task* t = nullptr;
@@ -87,7 +96,7 @@ int flood(wspool::pool& pool, const std::string& v, long n, bool measured) {
 
 int main(int argc, char** argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: %s c|c_handle|cpp_post|cpp_submit|asio_post N [WAVE]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s c|c_ex|c_handle|cpp_post|cpp_submit|asio_post N [WAVE]\n", argv[0]);
         return 2;
     }
     std::string v = argv[1];
