@@ -17,10 +17,14 @@ cmp -s "$prefix/include/wspool.hpp" "$here/include/wspool.hpp" || fail "the inst
 grep -q "wspool::wspool_cpp" "$prefix/lib/cmake/wspool/wspoolConfig.cmake" || fail "wspoolConfig.cmake has no wspool::wspool_cpp"
 
 run() {
-  local exe=$1
-  readelf -d "$exe" | grep -q 'NEEDED.*\[libwspool.so.0\]' || fail "$exe does not need libwspool.so.0"
-  env -u LD_LIBRARY_PATH ldd "$exe" | grep -q "libwspool.so.0 => $prefix/lib/libwspool.so.0" \
-    || fail "$exe does not find the installed libwspool.so.0 without LD_LIBRARY_PATH"
+  local exe=$1 dyn deps
+  # Captured first: `cmd | grep -q` under pipefail fails when grep exits
+  # before cmd has written everything (SIGPIPE).
+  dyn=$(readelf -d "$exe")
+  deps=$(env -u LD_LIBRARY_PATH ldd "$exe" 2>&1 || true)
+  grep -q 'NEEDED.*\[libwspool.so.0\]' <<< "$dyn" || fail "$exe does not need libwspool.so.0"
+  grep -q "libwspool.so.0 => $prefix/lib/libwspool.so.0" <<< "$deps" \
+    || { echo "$deps"; fail "$exe does not find the installed libwspool.so.0 without LD_LIBRARY_PATH"; }
   env -u LD_LIBRARY_PATH "$exe" > "$exe.out" || { cat "$exe.out"; fail "$exe failed"; }
   grep -q "ran 100001 tasks" "$exe.out" || { cat "$exe.out"; fail "$exe printed an unexpected result"; }
   echo "cpp install test: $(basename "$exe") ok (no LD_LIBRARY_PATH)"
