@@ -186,6 +186,9 @@ pub struct QueueDump {
     /// not moved for that long while it was not empty. `None` when empty
     /// or seen moving (or not empty) for the first time now.
     pub oldest_at_least: Option<Duration>,
+    /// Global queue only: global work workers took in a batch and have not
+    /// started (older than `len`'s; not counted in it).
+    pub in_inboxes: usize,
 }
 
 /// A decision of the starvation monitor, with its reason.
@@ -453,9 +456,20 @@ impl Registry {
                     tasks_taken: c.local_pops.load(Relaxed) + c.global_pops.load(Relaxed) + c.steals.load(Relaxed),
                 });
             }
+            // The global queue's progress is global work started (its
+            // head also moves when a stuck waiter looks through it and puts
+            // jobs back, which is no progress).
+            let started: u64 = self.slots[..n].iter().map(|s| s.counters.global_pops.load(Relaxed)).sum();
             let global_len = self.injector.len();
-            let oldest = observe_queue(&mut obs.queues, 0, self.injector.taken() as u64, global_len, now);
-            queues.push(QueueDump { name: "global".into(), len: global_len, running: 0, oldest_at_least: oldest });
+            let oldest = observe_queue(&mut obs.queues, 0, started, global_len, now);
+            let in_inboxes = self.slots[..n].iter().map(|s| s.inbox.len()).sum();
+            queues.push(QueueDump {
+                name: "global".into(),
+                len: global_len,
+                running: 0,
+                oldest_at_least: oldest,
+                in_inboxes,
+            });
             let lanes: Vec<Arc<dyn LaneProbe>> = lock(&self.diag.lanes).iter().filter_map(Weak::upgrade).collect();
             let mut live = Vec::with_capacity(lanes.len() + 1);
             live.push(0usize);
@@ -468,6 +482,7 @@ impl Registry {
                     name: format!("lane {key:#x}/{limit}"),
                     len,
                     running,
+                    in_inboxes: 0,
                     oldest_at_least: oldest,
                 });
             }
@@ -501,12 +516,19 @@ impl Registry {
     /// once per episode; an episode ends when work moves or the queues empty.
     pub(crate) fn watch_stall(self: &Arc<Self>, now: Instant) {
         let n = self.high_water.load(std::sync::atomic::Ordering::Acquire);
-        let mark: u64 =
-            self.slots[..n].iter().map(|s| sequence(&s.counters)).sum::<u64>() + self.injector.taken() as u64;
+        // Progress is a task taken or finished by a worker (not the
+        // global queue's head: stuck waiters look through it and put jobs back).
+        let mark: u64 = self.slots[..n].iter().map(|s| sequence(&s.counters)).sum();
         let (searching, sleeping) = self.sleep.counts();
         let spinning = self.sleep.spinners();
         let occupied = searching + sleeping + spinning == 0 && self.starting.load(Relaxed) == 0;
-        let stuck = occupied && self.queued_now() > 0;
+        let queued = self.queued_now() > 0;
+        let stuck = occupied && queued;
+        if queued {
+            // Durations in snapshots come from these observations (one per
+            // tick while work is queued; nothing when the pool keeps up).
+            drop(self.dump_at(now));
+        }
         let report = {
             let mut st = lock(&self.diag.stall);
             match st.still_since {
@@ -600,6 +622,9 @@ impl fmt::Display for PoolDump {
             write!(f, "  {}: {} queued", q.name, q.len)?;
             if q.running > 0 {
                 write!(f, ", {} running", q.running)?;
+            }
+            if q.in_inboxes > 0 {
+                write!(f, ", {} more in workers' inboxes", q.in_inboxes)?;
             }
             if let Some(d) = q.oldest_at_least {
                 write!(f, ", oldest waiting >= {}", Ms(d))?;

@@ -334,12 +334,6 @@ impl<T> Injector<T> {
         head >> SHIFT == tail >> SHIFT
     }
 
-    /// The head's position: grows with every value taken, never otherwise
-    /// (a progress mark for `Pool::dump`, not a count).
-    pub fn taken(&self) -> usize {
-        self.head.index.load(SeqCst) >> SHIFT
-    }
-
     /// Values queued (a snapshot: consistent indices, possibly stale).
     pub fn len(&self) -> usize {
         loop {
