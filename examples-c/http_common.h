@@ -9,6 +9,9 @@
  *   /work?n=N      16 hex digits after N rounds (CPU, through the pool)
  *   /sleep?ms=M    "slept" after M ms inside wspool_blocking_begin/end
  *   /metrics       OpenMetrics text             (on the loop thread)
+ *   /debug/pool    the pool's snapshot report, wspool_dump (on the loop thread;
+ *                  docs/diagnosis.md); with WSPOOL_DUMP_ON_SIGUSR1=1 in the
+ *                  environment, SIGUSR1 prints it on stderr
  * A pool-bound request is answered 503 at once when the completion queue
  * refuses it or its admission test, wspool_cq_overloaded, says it would wait
  * past the target while the queue is overloaded; while overloaded, requests
@@ -147,7 +150,7 @@ static http_counters HC;
 
 /* ------------------------------------------------------------ the work */
 
-enum job_kind { J_PING, J_WORK, J_SLEEP, J_METRICS, J_NOT_FOUND, J_BAD };
+enum job_kind { J_PING, J_WORK, J_SLEEP, J_METRICS, J_DEBUG_POOL, J_NOT_FOUND, J_BAD };
 
 typedef struct http_job {
     enum job_kind kind;
@@ -254,6 +257,8 @@ static void http_route(const char *target, size_t len, http_job *j)
         j->kind = J_PING;
     else if (strcmp(t, "/metrics") == 0)
         j->kind = J_METRICS;
+    else if (strcmp(t, "/debug/pool") == 0)
+        j->kind = J_DEBUG_POOL;
     else if (strcmp(t, "/work") == 0) {
         j->kind = query_u64(q, "n", WORK_MAX, &j->n) ? J_WORK : J_BAD;
         uint64_t d = 0;
@@ -331,6 +336,42 @@ static void http_count_submitted(void)
     atomic_fetch_add(&HC.submitted, 1);
     if (HTTP_OVERLOADED)
         atomic_fetch_add(&HC.admitted_overloaded, 1);
+}
+
+/* The pool's snapshot report (wspool_dump): a malloc'd string (the caller
+ * frees) and its length in *len; NULL on failure. The report may grow between
+ * the size query and the fill: then it is cut at a whole line, which is fine
+ * for a debugging page. */
+static char *http_dump_text(wspool *pool, size_t *len)
+{
+    size_t need = 0;
+    if (wspool_dump(pool, NULL, 0, &need) != WSPOOL_OK)
+        return NULL;
+    size_t cap = need + 4096;
+    char *buf = malloc(cap);
+    if (!buf || wspool_dump(pool, buf, cap, NULL) != WSPOOL_OK) {
+        free(buf);
+        return NULL;
+    }
+    *len = strlen(buf);
+    return buf;
+}
+
+/* SIGUSR1 prints the snapshot on stderr only when asked for: the signal's
+ * default action ends the process, which a server must not start doing for
+ * everybody who upgrades. */
+static bool http_dump_on_sigusr1(void)
+{
+    const char *v = getenv("WSPOOL_DUMP_ON_SIGUSR1");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static void http_print_dump(wspool *pool)
+{
+    size_t len = 0;
+    char *text = http_dump_text(pool, &len);
+    fprintf(stderr, "%s", text ? text : "wspool_dump failed\n");
+    free(text);
 }
 
 /* The pool's OpenMetrics text with the server's families before its "# EOF".

@@ -63,6 +63,12 @@ static void on_cq_readable(evutil_socket_t fd, short ev, void *ctx)
     wspool_cq_drain(cq, 0); /* glue: run the done callbacks here, on the loop */
 }
 
+static void on_dump_signal(evutil_socket_t fd, short ev, void *ctx)
+{
+    (void)fd, (void)ev, (void)ctx;
+    http_print_dump(pool);
+}
+
 static void on_request(struct evhttp_request *req, void *ctx)
 {
     (void)ctx;
@@ -70,6 +76,17 @@ static void on_request(struct evhttp_request *req, void *ctx)
     const char *uri = evhttp_request_get_uri(req);
     http_job tmp = {0};
     http_route(uri, strlen(uri), &tmp);
+    if (tmp.kind == J_DEBUG_POOL) {
+        size_t len = 0;
+        char *text = http_dump_text(pool, &len);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; charset=utf-8");
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add(b, text ? text : "", text ? len : 0);
+        evhttp_send_reply(req, text ? 200 : 500, text ? "OK" : "Internal Server Error", b);
+        evbuffer_free(b);
+        free(text);
+        return;
+    }
     if (tmp.kind == J_METRICS) {
         size_t len = 0;
         char *text = http_metrics_text(pool, &len);
@@ -145,12 +162,18 @@ int main(int argc, char **argv)
     struct event *sigterm = evsignal_new(base, SIGTERM, on_stop, NULL);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
+    /* SIGUSR1 prints the pool's snapshot, when asked for (http_common.h) */
+    struct event *sigusr1 = http_dump_on_sigusr1() ? evsignal_new(base, SIGUSR1, on_dump_signal, NULL) : NULL;
+    if (sigusr1)
+        event_add(sigusr1, NULL);
     printf("listening on %d\n", ntohs(((struct sockaddr_in *)&ss)->sin_port));
     fflush(stdout);
     event_base_dispatch(base);
     event_free(cqev); /* glue */
     event_free(sigint);
     event_free(sigterm);
+    if (sigusr1)
+        event_free(sigusr1);
     evhttp_free(http);
     event_base_free(base);
     wspool_destroy(pool);

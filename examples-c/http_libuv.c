@@ -47,7 +47,8 @@ static wspool *pool;
 static wspool_cq *cq;
 static uv_tcp_t listener;
 static uv_poll_t cq_poll;
-static uv_signal_t sig_int, sig_term;
+static uv_signal_t sig_int, sig_term, sig_usr1;
+static bool dump_signal; /* SIGUSR1 prints the pool's snapshot (opt-in) */
 static wspool_serial *sleep_lane; /* /sleep's lane (issue 29) */
 
 static void conn_unref(conn *c)
@@ -209,6 +210,16 @@ static void process_next(conn *c)
     }
     uv_job *u = calloc(1, sizeof *u);
     http_route(sp1 + 1, (size_t)(sp2 - sp1 - 1), &u->j);
+    if (u->j.kind == J_DEBUG_POOL) {
+        size_t len = 0;
+        char *text = http_dump_text(pool, &len);
+        free(u);
+        if (!text)
+            respond_text(c, 500, "Internal Server Error", "dump failed\n");
+        else
+            respond(c, 200, "OK", "text/plain; charset=utf-8", text, len, true);
+        return;
+    }
     if (u->j.kind == J_METRICS) {
         size_t len = 0;
         char *text = http_metrics_text(pool, &len);
@@ -294,6 +305,12 @@ static void close_walk(uv_handle_t *h, void *arg)
         conn_close(h->data);
 }
 
+static void on_dump_signal(uv_signal_t *s, int signum)
+{
+    (void)s, (void)signum;
+    http_print_dump(pool);
+}
+
 static void on_stop(uv_signal_t *s, int signum)
 {
     (void)s, (void)signum;
@@ -307,6 +324,8 @@ static void on_stop(uv_signal_t *s, int signum)
     uv_close((uv_handle_t *)&listener, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
     uv_close((uv_handle_t *)&sig_term, NULL);
+    if (dump_signal)
+        uv_close((uv_handle_t *)&sig_usr1, NULL);
     uv_walk(loop, close_walk, NULL);
 }
 
@@ -342,6 +361,11 @@ int main(int argc, char **argv)
     uv_signal_init(loop, &sig_term);
     uv_signal_start(&sig_int, on_stop, SIGINT);
     uv_signal_start(&sig_term, on_stop, SIGTERM);
+    dump_signal = http_dump_on_sigusr1();
+    if (dump_signal) {
+        uv_signal_init(loop, &sig_usr1);
+        uv_signal_start(&sig_usr1, on_dump_signal, SIGUSR1);
+    }
     printf("listening on %d\n", ntohs(addr.sin_port));
     fflush(stdout);
     uv_run(loop, UV_RUN_DEFAULT);

@@ -13,6 +13,7 @@ prometheus_client's OpenMetrics parser.
 import argparse
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -239,8 +240,38 @@ def test_worker_nice(path):
             s.stop()
 
 
+def test_debug_pool_and_sigusr1(path):
+    """Issue 26: /debug/pool serves the pool's snapshot report; SIGUSR1
+    prints it on stderr when WSPOOL_DUMP_ON_SIGUSR1 is set (not otherwise:
+    then the signal's default action would end the server, so the test does
+    not send it to a server without the variable)."""
+    os.environ["WSPOOL_DUMP_ON_SIGUSR1"] = "1"
+    try:
+        s = Server(path)
+    finally:
+        del os.environ["WSPOOL_DUMP_ON_SIGUSR1"]
+    try:
+        assert curl(s.url + "/ping") == (200, "pong\n")
+        code, text = curl(s.url + "/debug/pool")
+        assert code == 200, code
+        assert text.startswith('pool "http": ') and "\nthreads:\n" in text and "\nqueues:\n  global: " in text, text
+        assert metrics(s.url)["wspool_stall_episodes"] == 0
+        s.p.send_signal(signal.SIGUSR1)
+        # Read stderr until the report's first line (bounded: a hang fails).
+        seen = ""
+        while 'pool "http": ' not in seen:
+            ready, _, _ = select.select([s.p.stderr], [], [], HANG_GUARD_S)
+            assert ready, f"no report on stderr after SIGUSR1: {seen!r}"
+            line = s.p.stderr.readline()
+            assert line, f"stderr closed: {seen!r}"
+            seen += line
+    finally:
+        s.stop()
+
+
 TESTS = {
     "endpoints": test_endpoints_and_metrics,
+    "debug-pool": test_debug_pool_and_sigusr1,
     "mix": test_keepalive_mix,
     "hangup": test_clients_hang_up_mid_request,
     "shutdown": test_shutdown_with_requests_in_flight,
