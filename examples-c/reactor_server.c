@@ -13,6 +13,10 @@
  *   WORK <n>      -> 16 hex digits: the digest after n rounds of a hash (CPU)
  *   SLEEP <ms>    -> SLEPT (sleeps inside wspool_blocking_begin/end)
  *   STATS         -> one JSON line: the pool's wspool_stats fields + "server"
+ *   DUMP          -> the pool's snapshot report (wspool_dump, docs/diagnosis.md)
+ *                    on one line, its lines joined by " | "
+ * With WSPOOL_DUMP_ON_SIGUSR1=1 in the environment, SIGUSR1 prints that report
+ * on stderr (through the loop's signalfd; without it the signal is left alone).
  *   anything else -> ERR <reason> (the connection stays open)
  * A line longer than --line-max bytes (default 64 KiB) gets "ERR line too long"
  * and the connection is closed after the earlier responses and that one.
@@ -250,6 +254,11 @@ static bool cmd_is(const char *line, size_t len, const char *cmd, const char **a
 static struct server S;
 static size_t format_stats(char *dst, size_t cap);
 
+/* The pool's snapshot report and the opt-in SIGUSR1 (defined below). */
+static char *dump_text(void);
+static bool dump_on_sigusr1(void);
+static void print_dump(void);
+
 /* Runs one request line (without its '\n'); appends exactly one response line
  * to out. Returns a sleep in ms the caller must perform before appending
  * "SLEPT\n" (so it can flush the earlier responses first), or -1. */
@@ -284,8 +293,27 @@ static long long handle_line(const char *line, size_t len, buf *out, bool *oom)
         char js[2048];
         size_t k = format_stats(js, sizeof js);
         ok = buf_append(out, js, k);
+    } else if (len == 4 && memcmp(line, "DUMP", 4) == 0) {
+        char *text = dump_text();
+        if (!text) {
+            static const char e[] = "ERR wspool_dump failed\n";
+            ok = buf_append(out, e, sizeof e - 1);
+        } else {
+            /* one response line: the report's lines joined by " | " */
+            size_t n = strlen(text);
+            while (n && text[n - 1] == '\n')
+                n--;
+            for (size_t i = 0, from = 0; ok && i <= n; i++) {
+                if (i == n || text[i] == '\n') {
+                    ok = buf_append(out, text + from, i - from) &&
+                         (i == n ? buf_append(out, "\n", 1) : buf_append(out, " | ", 3));
+                    from = i + 1;
+                }
+            }
+            free(text);
+        }
     } else {
-        static const char e[] = "ERR unknown command (PING, ECHO <text>, WORK <n>, SLEEP <ms>, STATS)\n";
+        static const char e[] = "ERR unknown command (PING, ECHO <text>, WORK <n>, SLEEP <ms>, STATS, DUMP)\n";
         ok = buf_append(out, e, sizeof e - 1);
     }
     if (!ok)
@@ -385,6 +413,35 @@ static long rss_kb(void)
         rss = -1;
     fclose(f);
     return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* The pool's snapshot report (malloc'd, NUL-terminated; NULL on failure). */
+static char *dump_text(void)
+{
+    size_t need = 0;
+    if (wspool_dump(S.pool, NULL, 0, &need) != WSPOOL_OK)
+        return NULL;
+    size_t cap = need + 4096; /* it may grow meanwhile: then cut at a line */
+    char *text = malloc(cap);
+    if (text && wspool_dump(S.pool, text, cap, NULL) != WSPOOL_OK) {
+        free(text);
+        text = NULL;
+    }
+    return text;
+}
+
+/* SIGUSR1 through the signalfd: prints the report, and is not a stop. */
+static bool dump_on_sigusr1(void)
+{
+    const char *v = getenv("WSPOOL_DUMP_ON_SIGUSR1");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static void print_dump(void)
+{
+    char *text = dump_text();
+    fprintf(stderr, "%s", text ? text : "wspool_dump failed\n");
+    free(text);
 }
 
 static size_t format_stats(char *dst, size_t cap)
@@ -1147,11 +1204,18 @@ static void run_reactor(void)
             }
             if (tag == &TAG_SIGNAL) {
                 struct signalfd_siginfo si;
+                bool stop = false;
                 while (read(S.sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                    if (si.ssi_signo == SIGUSR1) {
+                        print_dump();
+                        continue;
+                    }
+                    stop = true;
                     signals++;
                     logv("signal %u", si.ssi_signo);
                 }
-                begin_shutdown(now);
+                if (stop)
+                    begin_shutdown(now);
                 continue;
             }
             if (tag == &TAG_CQ) {
@@ -1374,9 +1438,16 @@ static void run_blocking(void)
                 accept_blocking();
             } else if (evs[i].data.ptr == &TAG_SIGNAL) {
                 struct signalfd_siginfo si;
-                while (read(S.sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+                bool stop = false;
+                while (read(S.sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                    if (si.ssi_signo == SIGUSR1) {
+                        print_dump();
+                        continue;
+                    }
+                    stop = true;
                     signals++;
-                if (!atomic_exchange(&S.shutting_down, true)) {
+                }
+                if (stop && !atomic_exchange(&S.shutting_down, true)) {
                     epoll_ctl(S.epfd, EPOLL_CTL_DEL, S.lfd, NULL);
                     close(S.lfd);
                     S.lfd = -1;
@@ -1536,6 +1607,8 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    if (dump_on_sigusr1())
+        sigaddset(&sigs, SIGUSR1);
     if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0)
         die("pthread_sigmask failed");
     signal(SIGPIPE, SIG_IGN);

@@ -105,6 +105,28 @@ def test_protocol(srv_args=()):
 
 
 @test(timeout=30)
+def test_dump_and_sigusr1():
+    """Issue 26: DUMP answers the pool's snapshot report on one line; with
+    WSPOOL_DUMP_ON_SIGUSR1=1, SIGUSR1 prints it on stderr and the server goes
+    on serving (the signal is not a stop)."""
+    os.environ["WSPOOL_DUMP_ON_SIGUSR1"] = "1"
+    try:
+        srv = Server(SERVER, "--workers", 2)
+    finally:
+        del os.environ["WSPOOL_DUMP_ON_SIGUSR1"]
+    with srv:
+        with srv.connect() as c:
+            line = c.request("DUMP")
+            if not (line.startswith('pool "reactor": ') and " | threads: | " in line and " | queues: | " in line):
+                raise AssertionError("DUMP: %r" % line)
+            srv.signal(signal.SIGUSR1)
+            if not wait_until(lambda: 'pool "reactor": ' in srv.log_text(), 20):
+                raise AssertionError("no report on stderr after SIGUSR1: %r" % srv.log_text())
+            expect_eq(c.request("PING"), "PONG", "PING after SIGUSR1")
+    return "DUMP answered on one line, SIGUSR1 printed the report and the server kept serving"
+
+
+@test(timeout=30)
 def test_protocol_blocking_mode():
     """The control serves correctly when it has a worker per connection."""
     with Server(SERVER, "--mode", "blocking", "--workers", 4) as srv:
