@@ -93,6 +93,7 @@ static void test_drain_keeps_blocking_growth(void) {
  * once; every waiter (task handles, the group) returns. */
 typedef struct {
     int subs, per, mixed, mode, delay_us;
+    int features; /* issue 29: priorities, deadlines (past and far) and a lane of 2 mixed in */
 } race_cfg_t;
 
 typedef struct {
@@ -110,7 +111,18 @@ typedef struct {
     atomic_int closed; /* set once it returned */
     int shutdown_rc;
     atomic_int bad_submit, bad_cancel, bad_wait, early_ok;
+    unsigned char *expired; /* on_cancel told WSPOOL_TASK_EXPIRED (features only) */
 } race_t;
+
+/* The race in progress (one at a time): on_cancel finds its slot's index from it. */
+static race_t *RACE;
+
+/* on_cancel of the features stress: counts the drop like slot_cancel, and whether it was an expiry. */
+static void slot_cancel_or_expire(void *a) {
+    slot_t *s = a;
+    if (wspool_cancel_reason() == WSPOOL_TASK_EXPIRED) RACE->expired[s - RACE->slots]++;
+    slot_cancel(a);
+}
 
 typedef struct {
     race_t *r;
@@ -136,6 +148,13 @@ static void *race_submitter(void *a) {
         o.on_cancel = slot_cancel;
         wspool_task *t = NULL;
         wspool_task **out = &t;
+        if (r->cfg.features) {
+            static const int prio[3] = {WSPOOL_PRIORITY_LOW, WSPOOL_PRIORITY_NORMAL, WSPOOL_PRIORITY_HIGH};
+            o.on_cancel = slot_cancel_or_expire;
+            o.priority = prio[(i + sa->id) % 3];
+            if (i % 5 == 0) o.deadline_ns = wspool_now_ns();                               /* expires */
+            if (i % 5 == 1) o.deadline_ns = wspool_now_ns() + 3600ull * 1000000000ull;     /* runs */
+        }
         if (r->cfg.mixed) {
             switch ((i + sa->id) % 4) {
             case 0: break;                                                    /* plain */
@@ -157,7 +176,7 @@ static void *race_submitter(void *a) {
             if (c == WSPOOL_OK) {
                 r->cancel_ok[idx] = late ? 2 : 1;
                 if (atomic_load(&r->slots[idx].cancelled) != 1) atomic_fetch_add(&r->early_ok, 1);
-            } else if (c != WSPOOL_EBUSY && c != WSPOOL_ECANCELLED) {
+            } else if (c != WSPOOL_EBUSY && c != WSPOOL_ECANCELLED && c != WSPOOL_EEXPIRED) {
                 atomic_fetch_add(&r->bad_cancel, 1);
             }
         }
@@ -166,9 +185,10 @@ static void *race_submitter(void *a) {
     /* waiters: they must all return, whatever the shutdown did */
     for (int k = 0; k < nh; k++) {
         int w = wspool_task_wait(handles[k], -1);
-        if (w != WSPOOL_OK && w != WSPOOL_ECANCELLED) atomic_fetch_add(&r->bad_wait, 1);
+        if (w != WSPOOL_OK && w != WSPOOL_ECANCELLED && w != WSPOOL_EEXPIRED) atomic_fetch_add(&r->bad_wait, 1);
         int st = wspool_task_state(handles[k]);
-        if (st != WSPOOL_TASK_DONE && st != WSPOOL_TASK_CANCELLED) atomic_fetch_add(&r->bad_wait, 1);
+        if (st != WSPOOL_TASK_DONE && st != WSPOOL_TASK_CANCELLED && st != WSPOOL_TASK_EXPIRED)
+            atomic_fetch_add(&r->bad_wait, 1);
         wspool_task_release(handles[k]);
     }
     if (wspool_group_wait(r->group, -1) != WSPOOL_OK) atomic_fetch_add(&r->bad_wait, 1);
@@ -204,11 +224,16 @@ static int race_round(const race_cfg_t *cfg, race_totals_t *tot) {
     if (!r.pool) return 0;
     OK(wspool_group_create(r.pool, &r.group));
     OK(wspool_serial_create(r.pool, &r.serial[0]));
-    OK(wspool_serial_create(r.pool, &r.serial[1]));
+    if (cfg->features)
+        OK(wspool_lane_create(r.pool, 2, WSPOOL_PRIORITY_HIGH, &r.serial[1]));
+    else
+        OK(wspool_serial_create(r.pool, &r.serial[1]));
     r.slots = calloc((size_t)n, sizeof *r.slots);
     r.accepted = calloc((size_t)n, 1);
     r.cancel_ok = calloc((size_t)n, 1);
     r.at_close = calloc((size_t)n, 1);
+    r.expired = calloc((size_t)n, 1);
+    RACE = &r;
     atomic_init(&r.stop, 0);
     atomic_init(&r.closed, 0);
     sub_t sa[MAX_SUBS];
@@ -236,21 +261,23 @@ static int race_round(const race_cfg_t *cfg, race_totals_t *tot) {
             if (!joined[i]) bg_join(&subs[i]);
     }
     OK(r.shutdown_rc);
-    long acc = 0, ran = 0, canc = 0, not_closed = 0, twice = 0, drain_lost = 0, cancel_lost = 0;
+    long acc = 0, ran = 0, canc = 0, expd = 0, not_closed = 0, twice = 0, drain_lost = 0, cancel_lost = 0;
     for (int i = 0; i < n; i++) {
         int a = r.accepted[i] != 0;
         int rn = atomic_load(&r.slots[i].ran), c = atomic_load(&r.slots[i].cancelled);
         acc += a;
         ran += rn;
         canc += c;
+        expd += r.expired[i];
         /* pending (or run twice) when shutdown returned. A cancel begun before that may still be
            inside on_cancel on the canceller's thread (shutdown cannot wait for it), so its task
            was not pending; one that won after shutdown returned found it pending. */
         if ((r.at_close[i] != a && r.cancel_ok[i] != 1) || r.cancel_ok[i] == 2) not_closed++;
         if (rn + c != a) twice++;
         if (r.cancel_ok[i] && c != 1) cancel_lost++;
-        /* DRAIN runs whatever was accepted before it began (unless cancelled by handle) */
-        if (cfg->mode == WSPOOL_SHUTDOWN_DRAIN && r.accepted[i] == 2 && !r.cancel_ok[i] && rn != 1) drain_lost++;
+        /* DRAIN runs whatever was accepted before it began (unless cancelled by handle, or expired) */
+        if (cfg->mode == WSPOOL_SHUTDOWN_DRAIN && r.accepted[i] == 2 && !r.cancel_ok[i] && !r.expired[i] && rn != 1)
+            drain_lost++;
     }
     CHECK_EQ(not_closed, 0);
     CHECK_EQ(twice, 0);
@@ -263,10 +290,13 @@ static int race_round(const race_cfg_t *cfg, race_totals_t *tot) {
     int ok = !hung && !not_closed && !twice && !cancel_lost && !drain_lost;
     if (r.pool) {
         wspool_stats st = get_stats(r.pool);
+        /* on_cancel counted expiries as drops too: the pool counts them apart */
         CHECK_EQ(st.submitted, acc);
         CHECK_EQ(st.completed, ran);
-        CHECK_EQ(st.cancelled, canc);
-        ok &= st.submitted == (uint64_t)acc && st.completed == (uint64_t)ran && st.cancelled == (uint64_t)canc;
+        CHECK_EQ(st.cancelled, canc - expd);
+        CHECK_EQ(st.expired, expd);
+        ok &= st.submitted == (uint64_t)acc && st.completed == (uint64_t)ran &&
+              st.cancelled == (uint64_t)(canc - expd) && st.expired == (uint64_t)expd;
         if (!ok)
             fprintf(stderr, "  mode %d: %ld accepted, %ld ran, %ld cancelled; %ld not closed at shutdown, "
                     "%ld not exactly once, %ld DRAIN-accepted not run; stats %llu/%llu/%llu\n",
@@ -285,6 +315,8 @@ static int race_round(const race_cfg_t *cfg, race_totals_t *tot) {
     free(r.accepted);
     free(r.cancel_ok);
     free(r.at_close);
+    free(r.expired);
+    RACE = NULL;
     return ok;
 }
 
@@ -297,7 +329,7 @@ static void test_shutdown_racing_submitters(void) {
     for (; r < rounds; r++) {
         /* submitting until refused (20000 is never reached): the shutdown lands
            while all six are inside a submit */
-        race_cfg_t cfg = {6, 20000, 0, WSPOOL_SHUTDOWN_DRAIN, 100 + (r * 397) % 1500};
+        race_cfg_t cfg = {6, 20000, 0, WSPOOL_SHUTDOWN_DRAIN, 100 + (r * 397) % 1500, 0};
         if (!race_round(&cfg, &tot)) {
             fprintf(stderr, "  failed in round %d of %d\n", r + 1, rounds);
             break;
@@ -315,7 +347,7 @@ static void test_stress_submit_vs_shutdown(void) {
     int it = 0;
     for (; it < iterations; it++) {
         int mode = it % 2 ? WSPOOL_SHUTDOWN_CANCEL : WSPOOL_SHUTDOWN_DRAIN;
-        race_cfg_t cfg = {8, 256, 1, mode, (it * 131) % 1000}; /* some close mid-submission, some after */
+        race_cfg_t cfg = {8, 256, 1, mode, (it * 131) % 1000, 0}; /* some close mid-submission, some after */
         if (!race_round(&cfg, &tot[mode])) {
             fprintf(stderr, "  failed in iteration %d of %d\n", it + 1, iterations);
             break;
@@ -326,6 +358,27 @@ static void test_stress_submit_vs_shutdown(void) {
            tot[0].accepted, tot[0].ran, tot[0].cancelled, tot[1].accepted, tot[1].ran, tot[1].cancelled);
 }
 
+/* Issue 29: the same stress with priorities (low, normal, high), deadlines (one task in five
+ * already past, one in five an hour away) and a high-priority lane of 2 in place of the second
+ * serial queue mixed in: every accepted task still ends exactly once, ran, cancelled or expired,
+ * and the pool's stats count each ending once. */
+static void test_stress_features_vs_shutdown(void) {
+    int iterations = scaled(300);
+    race_totals_t tot[2] = {{0, 0, 0}, {0, 0, 0}};
+    int it = 0;
+    for (; it < iterations; it++) {
+        int mode = it % 2 ? WSPOOL_SHUTDOWN_CANCEL : WSPOOL_SHUTDOWN_DRAIN;
+        race_cfg_t cfg = {8, 256, 1, mode, (it * 131) % 1000, 1};
+        if (!race_round(&cfg, &tot[mode])) {
+            fprintf(stderr, "  failed in iteration %d of %d\n", it + 1, iterations);
+            break;
+        }
+    }
+    printf("        %d iterations; DRAIN: %ld accepted, %ld ran, %ld dropped; "
+           "CANCEL: %ld accepted, %ld ran, %ld dropped\n", it,
+           tot[0].accepted, tot[0].ran, tot[0].cancelled, tot[1].accepted, tot[1].ran, tot[1].cancelled);
+}
+
 /* ---------------------------------------------------------------- main --- */
 
 int main(int argc, char **argv) {
@@ -333,6 +386,7 @@ int main(int argc, char **argv) {
         {"drain_keeps_blocking_growth", test_drain_keeps_blocking_growth},
         {"shutdown_racing_submitters", test_shutdown_racing_submitters},
         {"stress_submit_vs_shutdown", test_stress_submit_vs_shutdown},
+        {"stress_features_vs_shutdown", test_stress_features_vs_shutdown},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }
