@@ -402,7 +402,10 @@ impl Pool {
     pub fn set_stall_handler(&self, after: Duration, handler: Option<Box<dyn Fn(&crate::PoolDump) + Send + Sync>>) {
         let registry = self.registry();
         registry.diag.set_stall_handler(after, handler.map(std::sync::Arc::from));
-        let _ = Monitor::ensure_watching(registry);
+        if registry.diag.stall_watched() {
+            // A thread that cannot start leaves the pool as it was: no reports.
+            let _ = Monitor::ensure_watching(registry);
+        }
     }
 
     /// Stops the pool: no new work is accepted (`SubmitErrorKind::Shutdown`),
