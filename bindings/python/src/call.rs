@@ -67,9 +67,18 @@ impl Call {
     /// cancel_futures, evicted by discard_oldest, or refused): the future
     /// ends up cancelled, and waiters of `concurrent.futures.wait` are told.
     fn cancel_unrun(self) {
+        // Asked before attaching: the flag describes the drop in progress
+        // on this thread (the core's `expire_with`), whatever runs later.
+        let expired = wspool::expiring();
         let Call { future, func, args, kwargs, .. } = self;
         let attached = Python::try_attach(|py| {
             let fut = future.bind(py);
+            // Not started by its deadline: the future ends FINISHED with
+            // `wspool.DeadlineExceeded`, unless `Future.cancel()` got to it
+            // first (then it is cancelled, and notified below as usual).
+            if expired && set_expired(py, fut) {
+                return;
+            }
             // The base class's cancel: wspool.Future.cancel would cancel this task again.
             if let Ok(cls) = base_future_class(py) {
                 let _ = cls.call_method1(intern!(py, "cancel"), (fut,));
@@ -79,6 +88,30 @@ impl Call {
         if attached.is_none() {
             // The interpreter is gone: nothing can be released safely.
             std::mem::forget((future, func, args, kwargs));
+        }
+    }
+}
+
+/// Ends a still PENDING future with `wspool.DeadlineExceeded`; false if it
+/// was no longer pending (cancelled meanwhile) or the class is not there.
+fn set_expired(py: Python<'_>, fut: &Bound<'_, PyAny>) -> bool {
+    let pending = fut.getattr(intern!(py, "_state")).and_then(|s| s.eq(intern!(py, "PENDING"))).unwrap_or(false);
+    if !pending {
+        return false;
+    }
+    let exc = py
+        .import(intern!(py, "wspool"))
+        .and_then(|m| m.getattr(intern!(py, "DeadlineExceeded")))
+        .and_then(|cls| cls.call1(("the task was not started by its deadline",)));
+    match exc {
+        // The base class's: a subclass may not override it to cancel anything.
+        Ok(exc) => base_future_class(py)
+            .and_then(|cls| cls.getattr(intern!(py, "set_exception")))
+            .and_then(|set| set.call1((fut, exc)))
+            .is_ok(),
+        Err(e) => {
+            e.write_unraisable(py, Some(fut));
+            false
         }
     }
 }
@@ -135,6 +168,8 @@ pub(crate) enum Target<'a> {
     Pool(&'a Pool),
     Group(&'a wspool::Group),
     Serial(&'a wspool::SerialQueue),
+    /// `Pool.options(...)`: a deadline, a priority, maybe a group or a lane.
+    With(&'a Pool, wspool::SpawnOptions<'a>),
 }
 
 pub(crate) fn submit_call<'py>(
@@ -162,6 +197,7 @@ pub(crate) fn submit_call<'py>(
         Target::Pool(p) => p.submit(task).map_err(|e| e.kind()),
         Target::Group(g) => g.submit(task).map_err(|e| e.kind()),
         Target::Serial(s) => s.submit(task).map_err(|e| e.kind()),
+        Target::With(p, opts) => p.submit_with(opts, task).map_err(|e| e.kind()),
     };
     // A refused task comes back inside the error and is dropped here: its
     // future, never handed out, is cancelled on the way.

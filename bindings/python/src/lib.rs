@@ -65,6 +65,7 @@ fn _wspool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Blocking>()?;
     m.add_class::<cq::Completions>()?;
     m.add_function(wrap_pyfunction!(current_index, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::monotonic_ns, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_after_fork_child, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_atexit, m)?)?;
     m.add_function(wrap_pyfunction!(fork::default_stack_size, m)?)?;

@@ -274,6 +274,37 @@ impl Core {
         submit_call(py, &owner.shared, Target::Pool(&owner.pool), fn_, args, kwargs)
     }
 
+    /// `Pool.options(...).submit`: queues `fn(*args, **kwargs)` with a
+    /// deadline (`deadline`: absolute, on `time.monotonic()`'s clock;
+    /// `timeout`: seconds from now; the earlier wins), a priority, and
+    /// optionally in `group` and/or on `lane`; returns its Future.
+    #[pyo3(signature = (fn_, args, kwargs, *, deadline=None, timeout=None, priority="normal", group=None, lane=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_opts<'py>(
+        &self,
+        py: Python<'py>,
+        fn_: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+        deadline: Option<f64>,
+        timeout: Option<f64>,
+        priority: &str,
+        group: Option<PyRef<'py, Group>>,
+        lane: Option<PyRef<'py, Serial>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let owner = self.live()?;
+        let priority = parse_priority(priority)?;
+        let deadline = deadline_of(deadline, timeout)?;
+        let opts = wspool::SpawnOptions {
+            group: group.as_deref().map(|g| &*g.group),
+            serial: lane.as_deref().map(|l| &*l.serial),
+            deadline,
+            priority,
+            ..wspool::SpawnOptions::default()
+        };
+        submit_call(py, &owner.shared, Target::With(&owner.pool, opts), fn_, args, kwargs)
+    }
+
     /// Queues `fn(*args)` for each tuple of `arg_tuples` as one batch; returns the futures.
     #[pyo3(signature = (fn_, arg_tuples))]
     fn submit_batch<'py>(
@@ -348,7 +379,27 @@ impl Core {
     /// A serial queue on this pool.
     fn serial(&self) -> PyResult<Serial> {
         let owner = self.live()?;
-        Ok(Serial { serial: ForkLocal::new(owner.pool.serial(), owner.shared.gen_), owner: self.owner.clone() })
+        Ok(Serial {
+            serial: ForkLocal::new(owner.pool.serial(), owner.shared.gen_),
+            owner: self.owner.clone(),
+            priority: wspool::Priority::Normal,
+        })
+    }
+
+    /// A lane: a FIFO queue running at most `limit` of its tasks at once,
+    /// whose turns wait at `priority`.
+    #[pyo3(signature = (limit, priority = "normal"))]
+    fn lane(&self, limit: usize, priority: &str) -> PyResult<Serial> {
+        let owner = self.live()?;
+        if limit == 0 {
+            return Err(PyValueError::new_err("a lane's limit must be at least 1"));
+        }
+        let priority = parse_priority(priority)?;
+        Ok(Serial {
+            serial: ForkLocal::new(owner.pool.lane_with_priority(limit, priority), owner.shared.gen_),
+            owner: self.owner.clone(),
+            priority,
+        })
     }
 
     /// True on this pool's worker threads.
@@ -428,11 +479,13 @@ impl Group {
     }
 }
 
-/// A FIFO queue whose tasks run one at a time, in order (`pool.serial()`).
+/// A FIFO queue whose tasks start in order, at most `limit` of them
+/// running at once (`pool.serial()`: 1; `pool.lane(n)`: n).
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Serial {
     serial: ForkLocal<wspool::SerialQueue>,
     owner: Arc<Owner>,
+    priority: wspool::Priority,
 }
 
 #[pymethods]
@@ -455,6 +508,72 @@ impl Serial {
         check_gen(self.owner.shared.gen_)?;
         Ok(self.serial.pending())
     }
+
+    /// Most of its tasks running at once (1 for `pool.serial()`).
+    #[getter]
+    fn limit(&self) -> usize {
+        self.serial.limit()
+    }
+
+    /// Where its turns wait: "high", "normal" or "low".
+    #[getter]
+    fn priority(&self) -> &'static str {
+        priority_name(self.priority)
+    }
+}
+
+fn parse_priority(s: &str) -> PyResult<wspool::Priority> {
+    Ok(match s {
+        "high" => wspool::Priority::High,
+        "normal" => wspool::Priority::Normal,
+        "low" => wspool::Priority::Low,
+        _ => return Err(PyValueError::new_err(format!("priority must be one of 'high', 'normal', 'low', not {s:?}"))),
+    })
+}
+
+fn priority_name(p: wspool::Priority) -> &'static str {
+    match p {
+        wspool::Priority::High => "high",
+        wspool::Priority::Low => "low",
+        _ => "normal",
+    }
+}
+
+/// The core's deadline for `deadline` (seconds on `time.monotonic()`'s
+/// clock, CLOCK_MONOTONIC on Linux: the one `Instant` reads) and `timeout`
+/// (seconds from now): the earlier of the two. A time already past is
+/// accepted: the task expires where it would start. A time too far to
+/// represent is no deadline.
+fn deadline_of(deadline: Option<f64>, timeout: Option<f64>) -> PyResult<Option<std::time::Instant>> {
+    use std::time::Instant;
+    for (name, v) in [("deadline", deadline), ("timeout", timeout)] {
+        if let Some(v) = v
+            && v.is_nan()
+        {
+            return Err(PyValueError::new_err(format!("{name} must be a number of seconds, not nan")));
+        }
+    }
+    // Two clock reads, nanoseconds apart: the same instant on both clocks.
+    let (now, now_ns) = (Instant::now(), wspool::monotonic_now_ns());
+    let after = |secs: f64| -> Option<Instant> {
+        if secs <= 0.0 {
+            return Some(now);
+        }
+        Duration::try_from_secs_f64(secs).ok().and_then(|d| now.checked_add(d))
+    };
+    let by_deadline = deadline.and_then(|d| after(d - now_ns as f64 / 1e9));
+    let by_timeout = timeout.and_then(after);
+    Ok(match (by_deadline, by_timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
+/// `time.monotonic()`'s clock as the pool reads it, in ns (the C API's
+/// `wspool_now_ns`): for checking that both clocks agree.
+#[pyfunction]
+pub(crate) fn monotonic_ns() -> u64 {
+    wspool::monotonic_now_ns()
 }
 
 // ---------------------------------------------------------------------------
@@ -518,6 +637,8 @@ stats_class!(
     queue_delay_p99_ns: u64,
     queue_delay_max_ns: u64,
     spawn_failures: u64,
+    unbalanced_blocking: u64,
+    expired: u64,
     stalls: u64,
 );
 

@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 import weakref
-from concurrent.futures import _base
+from concurrent.futures import CancelledError, _base
 from concurrent.futures import Future as _BaseFuture
 from concurrent.futures.thread import BrokenThreadPool, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast
@@ -46,14 +46,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BrokenThreadPool",
+    "DeadlineExceeded",
     "Future",
     "Group",
+    "Lane",
     "MapIter",
     "Pool",
     "PoolDump",
     "RejectedError",
     "Serial",
     "Stats",
+    "Submitter",
     "blocking",
     "current_index",
 ]
@@ -66,9 +69,29 @@ _UNFINISHED = ("PENDING", "RUNNING")
 
 Group = _wspool.Group
 Serial = _wspool.Serial
+# A lane is a serial queue with a limit above 1 (``pool.lane(n)``): one class.
+Lane = _wspool.Serial
 
 _GROWTH = ("compensate", "fixed", "adaptive", "scale_first", "queue_first")
 _REJECT = ("abort", "caller_runs", "block", "discard_oldest")
+_PRIORITY = ("high", "normal", "low")
+
+
+class DeadlineExceeded(CancelledError):
+    """The call was not started by its deadline (``Pool.options(deadline=...,
+    timeout=...)``): it never ran, and never will.
+
+    Its Future is *done*, not cancelled: ``done()`` is True, ``cancelled()``
+    False, ``exception()`` returns this error and ``result()`` raises it,
+    so ``concurrent.futures.wait``/``as_completed`` and done callbacks see
+    it finish like any other call. It subclasses
+    ``concurrent.futures.CancelledError`` because, like a cancellation, it
+    means "this call's function never ran": code that skips cancelled
+    calls (``except CancelledError``) skips expired ones too, and can tell
+    them apart with ``except DeadlineExceeded`` first. Being an
+    ``Exception`` (not ``asyncio.CancelledError``), it does not cancel an
+    asyncio task that awaits the Future through ``asyncio.wrap_future``.
+    """
 
 
 class Future(_BaseFuture[_T]):
@@ -227,6 +250,87 @@ def _stack_size(value: int | None) -> int | None:
     if value < 32768:
         raise ValueError(f"stack_size must be at least 32768 bytes (32 KiB), not {value}")
     return value
+
+
+def _seconds(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a number of seconds, not nan")
+    return float(value)
+
+
+class Submitter(_base.Executor):
+    """``pool.options(...)``: submits to its pool with per-call options.
+
+    ``submit(fn, /, *args, **kwargs)`` is ``Pool.submit``'s (the keywords
+    belong to ``fn``), ``map`` is ``Executor.map`` over it (a Future per
+    call), and ``loop.run_in_executor`` accepts it. Its ``shutdown`` does
+    nothing: the pool is shut down through the pool. Options:
+
+    - ``deadline``: an absolute time on ``time.monotonic()``'s clock
+      (CLOCK_MONOTONIC on Linux, the clock the pool reads); ``timeout``:
+      seconds from each ``submit``. The earlier of the two applies. A call
+      not started by then never runs: its Future ends with
+      ``DeadlineExceeded``. A time already past is accepted (the call
+      expires). The deadline is checked where the call would start, and a
+      ``Future.result()``/``exception()`` waiting for it ends it at the
+      deadline itself.
+    - ``priority``: ``"high"`` (taken before other queued work, with a
+      bounded bypass), ``"normal"`` (default) or ``"low"`` (behind normal
+      work, aged so it is never starved). It orders calls submitted from
+      outside the pool; a call submitted by one of the pool's own calls
+      keeps the ordinary order.
+    - ``group``: the call counts toward this ``pool.group()``.
+    - ``lane``: the call runs on this ``pool.lane()``/``pool.serial()``
+      (it then takes the lane's priority: giving both is a ``ValueError``).
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        priority: str = "normal",
+        group: Group | None = None,
+        lane: Lane | None = None,
+    ) -> None:
+        self._core = pool._core
+        self.deadline = _seconds("deadline", deadline)
+        self.timeout = _seconds("timeout", timeout)
+        self.priority = _choice("priority", priority, _PRIORITY)
+        if group is not None and not isinstance(group, Group):
+            raise TypeError(f"group must be a wspool.Group, not {type(group).__name__}")
+        if lane is not None and not isinstance(lane, Lane):
+            raise TypeError(f"lane must be a wspool.Lane, not {type(lane).__name__}")
+        if lane is not None and priority != "normal":
+            raise ValueError("a lane's calls take the lane's priority: give it to pool.lane(n, priority=...)")
+        self.group = group
+        self.lane = lane
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        """Schedules ``fn(*args, **kwargs)`` with this object's options; returns its ``wspool.Future``.
+
+        Raises like ``Pool.submit``.
+        """
+        fut = self._core.submit_opts(
+            fn,
+            args,
+            kwargs or None,
+            deadline=self.deadline,
+            timeout=self.timeout,
+            priority=self.priority,
+            group=self.group,
+            lane=self.lane,
+        )
+        return cast("Future[_T]", fut)
+
+    def __repr__(self) -> str:
+        opts = [f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and v not in (None, "normal")]
+        return f"<wspool.Submitter {' '.join(opts) or 'default options'}>"
 
 
 _live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
@@ -494,6 +598,38 @@ class Pool(ThreadPoolExecutor):
     def serial(self) -> Serial:
         """A serial queue: its tasks run one at a time, in submission order."""
         return self._core.serial()
+
+    def lane(self, limit: int, *, priority: str = "normal") -> Lane:
+        """A lane: a FIFO queue running at most ``limit`` of its calls at once.
+
+        Calls start in submission order; queued ones occupy no thread; a
+        call that blocks or waits keeps its place in the lane (threads the
+        pool lends meanwhile never run more than ``limit`` of its calls).
+        Lanes take turns fairly. ``priority`` (``"high"``, ``"normal"``,
+        ``"low"``) is where its next call waits among the pool's queued
+        work. ``lane.submit(fn, *args, **kwargs)`` like ``pool.submit``;
+        for a deadline, ``pool.options(lane=lane, timeout=...)``.
+        ``pool.serial()`` is a lane of 1.
+        """
+        _count("limit", limit, minimum=1)
+        _choice("priority", priority, _PRIORITY)
+        return self._core.lane(limit, priority)
+
+    def options(
+        self,
+        *,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        priority: str = "normal",
+        group: Group | None = None,
+        lane: Lane | None = None,
+    ) -> Submitter:
+        """An executor that submits to this pool with per-call options: a
+        ``deadline`` (``time.monotonic()`` clock) or ``timeout`` (seconds
+        from each submit), a ``priority``, a ``group``, a ``lane``; see
+        ``Submitter``. ``pool.options(priority="high").submit(fn, *args)``.
+        """
+        return Submitter(self, deadline=deadline, timeout=timeout, priority=priority, group=group, lane=lane)
 
     def is_pool_thread(self) -> bool:
         """True when called on one of this pool's worker threads."""
