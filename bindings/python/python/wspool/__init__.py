@@ -18,7 +18,10 @@ drops in for it (``loop.set_default_executor`` accepts it)::
 ``max_threads``), so nested waits never deadlock. ``growth="fixed"`` makes
 N a hard limit on threads instead.
 What it adds: a much faster ``map``, ``pool.stats()``, ``pool.group()``,
-``pool.serial()``, a bounded queue (``queue_capacity``) with a reject policy.
+``pool.serial()``, ``pool.lane(n)`` (at most n calls of it at once),
+``pool.options(deadline=, timeout=, priority=)`` (a call not started by its
+deadline ends with ``DeadlineExceeded``), a bounded queue
+(``queue_capacity``) with a reject policy.
 The scheduler is the Rust crate ``wspool``; the GIL is released whenever Rust
 waits. The guide is docs/python.md in the repository.
 """
