@@ -243,3 +243,27 @@ def test_bad_options_raise() -> None:
         pool.shutdown()
         with pytest.raises(RuntimeError):
             pool.options(timeout=1.0).submit(print)
+
+
+def test_awaited_calls_take_deadlines_and_priorities(one_worker: wspool.Pool) -> None:
+    pool = one_worker
+
+    async def main() -> list[str]:
+        release, gate = hold(pool)
+        order: list[str] = []
+        late = asyncio.ensure_future(pool.options(timeout=0.02).run(order.append, "late"))
+        normal = asyncio.ensure_future(pool.run(order.append, "normal"))
+        high = asyncio.ensure_future(pool.options(priority="high").run(order.append, "high"))
+        await asyncio.sleep(0)  # each task submits its call
+        behind = time.monotonic() + 0.02
+        while time.monotonic() <= behind:
+            await asyncio.sleep(0.001)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(normal, high), LIMIT)
+        with pytest.raises(wspool.DeadlineExceeded):
+            await asyncio.wait_for(late, LIMIT)
+        gate.result(LIMIT)
+        return order
+
+    assert asyncio.run(main()) == ["high", "normal"]
+    assert pool.stats().expired == 1

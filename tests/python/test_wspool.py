@@ -19,7 +19,7 @@ C_STATS_FIELDS = [
     "threads", "idle_threads", "blocked_threads", "peak_threads", "submitted", "completed", "rejected",
     "cancelled", "panicked", "local_pops", "global_pops", "steals", "spin_hits", "spin_misses",
     "spin_threshold_ns", "threads_started", "threads_retired", "starvation_injections", "queued",
-    "queue_delay_p50_ns", "queue_delay_p99_ns", "queue_delay_max_ns", "spawn_failures", "stalls",
+    "queue_delay_p50_ns", "queue_delay_p99_ns", "queue_delay_max_ns", "spawn_failures", "expired", "stalls",
 ]  # fmt: skip
 
 

@@ -99,11 +99,7 @@ fn set_expired(py: Python<'_>, fut: &Bound<'_, PyAny>) -> bool {
     if !pending {
         return false;
     }
-    let exc = py
-        .import(intern!(py, "wspool"))
-        .and_then(|m| m.getattr(intern!(py, "DeadlineExceeded")))
-        .and_then(|cls| cls.call1(("the task was not started by its deadline",)));
-    match exc {
+    match deadline_exceeded(py) {
         // The base class's: a subclass may not override it to cancel anything.
         Ok(exc) => base_future_class(py)
             .and_then(|cls| cls.getattr(intern!(py, "set_exception")))
@@ -114,6 +110,13 @@ fn set_expired(py: Python<'_>, fut: &Bound<'_, PyAny>) -> bool {
             false
         }
     }
+}
+
+/// A new `wspool.DeadlineExceeded` (defined by the package's Python half).
+pub(crate) fn deadline_exceeded(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    py.import(intern!(py, "wspool"))?
+        .getattr(intern!(py, "DeadlineExceeded"))?
+        .call1(("the call was not started by its deadline",))
 }
 
 pub(crate) fn cancelled_error(py: Python<'_>, msg: &str) -> PyErr {

@@ -44,10 +44,10 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use wspool::{CloseMode, CompletionQueue, CqEvent, CqOptions, CqStatus};
+use wspool::{CloseMode, CompletionQueue, CqEvent, CqOptions, CqStatus, SpawnOptions};
 
 use crate::fork::check_gen;
-use crate::pool::{Core, Owner};
+use crate::pool::{Core, Group, Owner, Serial, deadline_of, parse_priority};
 use crate::wait::{loop_learn, loop_wait_worthwhile, yield_until};
 
 /// One `run` call: its asyncio future, the call, and (once run) its outcome.
@@ -88,6 +88,8 @@ fn resolve(py: Python<'_>, it: Item, status: CqStatus) -> PyResult<()> {
     match (status, it.result) {
         (CqStatus::Ran, Some(Ok(v))) => fut.call_method1(intern!(py, "set_result"), (v,))?,
         (CqStatus::Ran, Some(Err(e))) => fut.call_method1(set_exception, (e.into_value(py),))?,
+        // Not started by its deadline (`Pool.options(...).run`).
+        (CqStatus::Expired, _) => fut.call_method1(set_exception, (crate::call::deadline_exceeded(py)?,))?,
         (CqStatus::Panicked, _) => {
             fut.call_method1(set_exception, (PyRuntimeError::new_err("the task panicked").into_value(py),))?
         }
@@ -118,10 +120,32 @@ impl Completions {
     /// Runs `fn_(*args)` on the pool; `drain` resolves `future` with its
     /// outcome, unless this call already did (alone on the queue and quick:
     /// see the module documentation). Returns True when the awaiting task
-    /// should yield to the loop once before it goes on.
-    fn submit(&self, py: Python<'_>, future: Py<PyAny>, fn_: Py<PyAny>, args: Py<PyTuple>) -> PyResult<bool> {
+    /// should yield to the loop once before it goes on. The keywords are
+    /// `Pool.options`' (a call not started by its deadline resolves
+    /// `future` with `wspool.DeadlineExceeded`).
+    #[pyo3(signature = (future, fn_, args, *, deadline=None, timeout=None, priority="normal", group=None, lane=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        future: Py<PyAny>,
+        fn_: Py<PyAny>,
+        args: Py<PyTuple>,
+        deadline: Option<f64>,
+        timeout: Option<f64>,
+        priority: &str,
+        group: Option<PyRef<'_, Group>>,
+        lane: Option<PyRef<'_, Serial>>,
+    ) -> PyResult<bool> {
         let shared = self.owner.shared.clone();
         check_gen(shared.gen_)?;
+        let opts = SpawnOptions {
+            group: group.as_deref().map(|g| &*g.group),
+            serial: lane.as_deref().map(|l| &*l.serial),
+            deadline: deadline_of(deadline, timeout)?,
+            priority: parse_priority(priority)?,
+            ..SpawnOptions::default()
+        };
         // Waiting pays for quick calls only; for the others, submitting
         // without the GIL would only hand it to the worker at once and have
         // the loop wait to get it back (up to the switch interval, 5 ms).
@@ -133,7 +157,7 @@ impl Completions {
         let item = Item { future, func: fn_, args, result: None, learn, took: None };
         let submit = move || {
             self.cq
-                .submit(item, move |it| {
+                .submit_with(opts, item, move |it| {
                     shared.run_python(|py| {
                         it.result = Some(it.func.bind(py).call1(it.args.bind(py)).map(Bound::unbind));
                     });

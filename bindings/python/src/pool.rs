@@ -438,7 +438,7 @@ impl Core {
 /// A set of tasks to wait for together (`pool.group()`).
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Group {
-    group: ForkLocal<wspool::Group>,
+    pub(crate) group: ForkLocal<wspool::Group>,
     owner: Arc<Owner>,
 }
 
@@ -483,7 +483,7 @@ impl Group {
 /// running at once (`pool.serial()`: 1; `pool.lane(n)`: n).
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Serial {
-    serial: ForkLocal<wspool::SerialQueue>,
+    pub(crate) serial: ForkLocal<wspool::SerialQueue>,
     owner: Arc<Owner>,
     priority: wspool::Priority,
 }
@@ -522,7 +522,7 @@ impl Serial {
     }
 }
 
-fn parse_priority(s: &str) -> PyResult<wspool::Priority> {
+pub(crate) fn parse_priority(s: &str) -> PyResult<wspool::Priority> {
     Ok(match s {
         "high" => wspool::Priority::High,
         "normal" => wspool::Priority::Normal,
@@ -544,7 +544,7 @@ fn priority_name(p: wspool::Priority) -> &'static str {
 /// (seconds from now): the earlier of the two. A time already past is
 /// accepted: the task expires where it would start. A time too far to
 /// represent is no deadline.
-fn deadline_of(deadline: Option<f64>, timeout: Option<f64>) -> PyResult<Option<std::time::Instant>> {
+pub(crate) fn deadline_of(deadline: Option<f64>, timeout: Option<f64>) -> PyResult<Option<std::time::Instant>> {
     use std::time::Instant;
     for (name, v) in [("deadline", deadline), ("timeout", timeout)] {
         if let Some(v) = v
@@ -637,7 +637,6 @@ stats_class!(
     queue_delay_p99_ns: u64,
     queue_delay_max_ns: u64,
     spawn_failures: u64,
-    unbalanced_blocking: u64,
     expired: u64,
     stalls: u64,
 );

@@ -270,7 +270,8 @@ class Submitter(_base.Executor):
 
     ``submit(fn, /, *args, **kwargs)`` is ``Pool.submit``'s (the keywords
     belong to ``fn``), ``map`` is ``Executor.map`` over it (a Future per
-    call), and ``loop.run_in_executor`` accepts it. Its ``shutdown`` does
+    call), ``await run(fn, *args)`` is ``Pool.run``'s, and
+    ``loop.run_in_executor`` accepts it. Its ``shutdown`` does
     nothing: the pool is shut down through the pool. Options:
 
     - ``deadline``: an absolute time on ``time.monotonic()``'s clock
@@ -301,6 +302,7 @@ class Submitter(_base.Executor):
         group: Group | None = None,
         lane: Lane | None = None,
     ) -> None:
+        self._pool = pool
         self._core = pool._core
         self.deadline = _seconds("deadline", deadline)
         self.timeout = _seconds("timeout", timeout)
@@ -319,17 +321,21 @@ class Submitter(_base.Executor):
 
         Raises like ``Pool.submit``.
         """
-        fut = self._core.submit_opts(
-            fn,
-            args,
-            kwargs or None,
-            deadline=self.deadline,
-            timeout=self.timeout,
-            priority=self.priority,
-            group=self.group,
-            lane=self.lane,
-        )
-        return cast("Future[_T]", fut)
+        return cast("Future[_T]", self._core.submit_opts(fn, args, kwargs or None, **self._opts()))
+
+    async def run(self, fn: Callable[..., _T], /, *args: Any) -> _T:
+        """``Pool.run`` with this object's options: awaits ``fn(*args)`` from a
+        coroutine; a call not started by its deadline raises ``DeadlineExceeded``."""
+        return await self._pool._ws_run(fn, args, self._opts())
+
+    def _opts(self) -> dict[str, Any]:
+        return {
+            "deadline": self.deadline,
+            "timeout": self.timeout,
+            "priority": self.priority,
+            "group": self.group,
+            "lane": self.lane,
+        }
 
     def __repr__(self) -> str:
         opts = [f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and v not in (None, "normal")]
@@ -518,6 +524,9 @@ class Pool(ThreadPoolExecutor):
         call cancels the await. Cancelling the awaiting task does not stop a
         call that already started.
         """
+        return await self._ws_run(fn, args, {})
+
+    async def _ws_run(self, fn: Callable[..., _T], args: tuple[Any, ...], opts: dict[str, Any]) -> _T:
         loop = asyncio.get_running_loop()
         cq = self._cqs.get(loop)
         if cq is None:
@@ -525,7 +534,7 @@ class Pool(ThreadPoolExecutor):
             loop.add_reader(cq.fileno(), cq.drain)
             self._cqs[loop] = cq
         fut: asyncio.Future[_T] = loop.create_future()
-        if cq.submit(fut, fn, args):
+        if cq.submit(fut, fn, args, **opts):
             await asyncio.sleep(0)  # resolved already, many in a row: let other tasks run
         return await fut
 
