@@ -74,12 +74,12 @@ pub use growth::{blocking, blocking_begin, blocking_end};
 pub use isolation::isolate;
 pub use join::join;
 pub use pool::{Pool, Shutdown, SpawnOptions};
+pub use priority::{HIGH_BURST, LOW_DEFERS, Priority};
 pub use scope::Scope;
 pub use serial::SerialQueue;
 pub use stats::Stats;
 pub use task::{TaskHandle, TaskState};
 pub use worker::current_index;
-pub use priority::{HIGH_BURST, LOW_DEFERS, Priority};
 
 /// Internals exposed for the loom model checks (`--cfg loom`) only.
 #[cfg(loom)]

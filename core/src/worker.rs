@@ -477,6 +477,12 @@ impl WorkerThread {
     /// Only a searcher steals.
     #[inline(always)]
     fn find_task(&self, searching: bool) -> Option<JobRef> {
+        // High-priority work first (`priority.rs`): one load while unused.
+        if self.registry.prio.has_high()
+            && let Some(job) = self.take_high()
+        {
+            return Some(job);
+        }
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
         if tick.is_multiple_of(FAIRNESS_INTERVAL)
@@ -493,31 +499,9 @@ impl WorkerThread {
             return Some(job);
         }
         let steal = || if searching { self.steal(None) } else { None };
-        // High-priority work first (`priority.rs`): one load while unused.
-        if self.registry.prio.has_high()
-            && let Some(job) = self.take_high()
-        {
-            return Some(job);
-        }
         if self.steal_first { steal().or_else(|| self.take_global()) } else { self.take_global().or_else(steal) }
     }
 
-    pub(crate) fn count_local_pop(&self) {
-        self.count(Source::Local);
-    }
-
-    pub(crate) fn count_global_pop(&self) {
-        self.count(Source::Global);
-    }
-
-    fn count(&self, source: Source) {
-        let c = self.counters();
-        bump(match source {
-            Source::Local => &c.local_pops,
-            Source::Global => &c.global_pops,
-            Source::Stolen => &c.steals,
-        });
-    }
     /// A high-priority job, unless this worker took `HIGH_BURST` in a row:
     /// then it passes once, and takes ordinary work (the bounded bypass).
     #[cold]
@@ -536,6 +520,22 @@ impl WorkerThread {
         job
     }
 
+    pub(crate) fn count_local_pop(&self) {
+        self.count(Source::Local);
+    }
+
+    pub(crate) fn count_global_pop(&self) {
+        self.count(Source::Global);
+    }
+
+    fn count(&self, source: Source) {
+        let c = self.counters();
+        bump(match source {
+            Source::Local => &c.local_pops,
+            Source::Global => &c.global_pops,
+            Source::Stolen => &c.steals,
+        });
+    }
 
     /// Global work, oldest first: own inbox, other workers' inboxes, then a
     /// batch from the injector.
