@@ -59,11 +59,11 @@ mod worker;
 pub use config::{
     Builder, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_THREADS, DEFAULT_SPIN_MAX_US, Growth, MAX_THREADS_LIMIT, Reject,
 };
-pub use deadline::{expiring, monotonic_now_ns};
 pub use cq::{
     CloseMode, CompletionQueue, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError,
     DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET,
 };
+pub use deadline::{expiring, monotonic_now_ns};
 pub use dump::{
     DEFAULT_STALL_AFTER, MonitorAction, MonitorDecision, MonitorReason, PoolDump, QueueDump, ThreadDump, ThreadState,
     WaitTarget,

@@ -8,8 +8,8 @@ use crate::error::{BatchError, ConfigError, ShutdownTimedOut, SpawnError, Submit
 use crate::group::Group;
 use crate::growth::Monitor;
 use crate::job::HeapJob;
-use crate::priority::Priority;
 use crate::join::{join_foreign, join_on_worker};
+use crate::priority::Priority;
 use crate::registry::Registry;
 use crate::scope::{Scope, run_scope};
 use crate::serial::SerialQueue;
@@ -175,9 +175,8 @@ impl Pool {
         };
         match (opts.serial, opts.group) {
             (Some(serial), group) => serial.spawn_in(group, opts.deadline, f),
-            (None, Some(group)) => registry.submit_job_at(f, opts.global, opts.priority, |f| {
-                expiring(HeapJob::into_job_ref(group.bind(f)))
-            }),
+            (None, Some(group)) => registry
+                .submit_job_at(f, opts.global, opts.priority, |f| expiring(HeapJob::into_job_ref(group.bind(f)))),
             (None, None) => {
                 registry.submit_job_at(f, opts.global, opts.priority, |f| expiring(HeapJob::into_job_ref(f)))
             }

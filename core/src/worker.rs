@@ -447,8 +447,7 @@ impl WorkerThread {
         counters.in_task.store(1, Relaxed);
         // The job counts its completion here, before it signals a waiter, or
         // leaves it to us (`stats::Completion`).
-        let outer_completion =
-            self.here.completion.replace(Completion::worker(&counters.completed));
+        let outer_completion = self.here.completion.replace(Completion::worker(&counters.completed));
         // SAFETY: the job is consumed here, and forgotten right after.
         let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { JobRef::run_in_place(&mut job) }));
         std::mem::forget(job);

@@ -175,7 +175,9 @@ pub unsafe extern "C" fn wspool_cq_create(
         let mut o = default_cq_opts();
         if !opts.is_null() {
             // SAFETY: a non-null opts points to a struct starting with struct_size.
-            let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_CQ_OPTS_MIN_SIZE, "opts", "wspool_cq_opts_init")? };
+            let size = unsafe {
+                support::struct_size_of(opts.cast(), WSPOOL_CQ_OPTS_MIN_SIZE, "opts", "wspool_cq_opts_init")?
+            };
             // SAFETY: `size` readable bytes.
             unsafe { support::copy_prefix(opts, &mut o, size.min(size_of::<wspool_cq_opts>())) };
         }

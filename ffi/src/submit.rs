@@ -125,7 +125,9 @@ pub(crate) fn read_opts(opts: *const wspool_submit_opts) -> Res<wspool_submit_op
     let mut o = default_opts();
     if !opts.is_null() {
         // SAFETY: a non-null opts points to a struct starting with struct_size.
-        let size = unsafe { support::struct_size_of(opts.cast(), WSPOOL_SUBMIT_OPTS_MIN_SIZE, "opts", "wspool_submit_opts_init")? };
+        let size = unsafe {
+            support::struct_size_of(opts.cast(), WSPOOL_SUBMIT_OPTS_MIN_SIZE, "opts", "wspool_submit_opts_init")?
+        };
         // SAFETY: the caller's struct has `size` readable bytes, at least the copied prefix.
         unsafe { support::copy_prefix(opts, &mut o, support::whole_fields(size, &OPTS_LAYOUTS)) };
     }

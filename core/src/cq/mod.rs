@@ -437,12 +437,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
     /// without running), a group the work counts toward, a serial queue it
     /// runs on; `global` adds to the queue's own. A group or serial queue of
     /// another pool is refused as [`CqRefusal::WrongPool`].
-    pub fn submit_with<F>(
-        &self,
-        opts: crate::pool::SpawnOptions<'_>,
-        item: T,
-        work: F,
-    ) -> Result<(), CqSubmitError<T>>
+    pub fn submit_with<F>(&self, opts: crate::pool::SpawnOptions<'_>, item: T, work: F) -> Result<(), CqSubmitError<T>>
     where
         F: FnOnce(&mut T) + Send + 'static,
     {

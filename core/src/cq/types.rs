@@ -85,7 +85,9 @@ impl std::fmt::Display for CqRefusal {
             CqRefusal::Closed => "completion queue refused the submission: it is closed",
             CqRefusal::Rejected => "completion queue refused the submission: the pool's queue is full",
             CqRefusal::Shutdown => "completion queue refused the submission: the pool is shut down",
-            CqRefusal::WrongPool => "completion queue refused the submission: its group or serial queue belongs to another pool",
+            CqRefusal::WrongPool => {
+                "completion queue refused the submission: its group or serial queue belongs to another pool"
+            }
         })
     }
 }

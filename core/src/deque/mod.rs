@@ -551,7 +551,6 @@ impl<T> Worker<T> {
         }
     }
 
-
     /// Pops a value: the newest (LIFO) or the oldest (FIFO).
     #[inline]
     pub fn pop(&self) -> Option<T> {
@@ -595,7 +594,8 @@ impl<T> Worker<T> {
                 // CAS below for the last one.
                 let value = unsafe { (*buffer).read(back) };
                 if len == 0 {
-                    let won = self.inner.head.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_ok();
+                    let won =
+                        self.inner.head.front.compare_exchange(front, front.wrapping_add(1), SeqCst, Relaxed).is_ok();
                     self.inner.back.store(back.wrapping_add(1), Relaxed);
                     if !won {
                         // A thief took it: the copy is not ours.

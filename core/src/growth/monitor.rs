@@ -52,8 +52,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::sample::{self, Estimate, Progress, Sampler, Signals};
-use crate::dump::{MonitorAction, MonitorReason};
 use crate::config::Growth;
+use crate::dump::{MonitorAction, MonitorReason};
 use crate::registry::{CANCELLING, Registry};
 use crate::sync::lock;
 
