@@ -107,7 +107,7 @@ fn main() {
             f(&cfg, &mut report);
         }
     }
-    println!("### Targets (issues 2 and 3)\n");
+    println!("### Targets\n");
     if report.targets.is_empty() {
         println!("(none measured)\n");
     } else {

@@ -2,7 +2,7 @@
 """Puts a run of the Rust comparison suite into docs/benchmarks.md's bench block.
 
     cargo bench -p wspool-bench --bench compare > /tmp/bench.md
-    python3 bench/tools/readme_block.py /tmp/bench.md 'core at commit `abc1234`' summary.md
+    python3 bench/tools/readme_block.py /tmp/bench.md 'quiet 16-core Intel Xeon VM' summary.md
 
 summary.md is a hand-written paragraph: which targets are met, and why the
 others are not. docs/benchmarks.md is read fresh and only the block between
@@ -27,7 +27,7 @@ and measures them the same way: one warm-up round, then
 interleaved, each round starting with the next contender, with a 20 ms
 pause before every run so the previous pool's threads are asleep. Tables
 give the median and the min–max; ratios are medians divided by the best
-peer's median. The development machine is a shared 2-core VM, so the
+peer's median. A development machine is often shared, so the
 harness also watches the rest of the machine (`/proc/stat` busy time minus
 its own CPU time): it waits up to 2 s per round for other processes to go
 quiet, repeats once any run of 50 ms or more during which they used more
@@ -52,7 +52,7 @@ injections, steals, spin hits) say what the pool did.
 def block(report: str, what: str, summary: str) -> str:
     body = []
     for line in report.splitlines():
-        if line.startswith("## "):
+        if line.startswith("## ") or line.startswith("compare: running"):
             continue
         if line.startswith("### "):
             line = "#### " + line[4:]
@@ -64,7 +64,7 @@ def block(report: str, what: str, summary: str) -> str:
     intro, workloads = workloads.split("\n", 1)
     date = datetime.date.today().isoformat()
     return (
-        f"{HEAD}\n### Measured ({date}, {what}, 2-core AMD EPYC VM shared with other jobs)\n\n"
+        f"{HEAD}\n### Measured ({date}, {what})\n\n"
         f"{intro}\n\n{targets}\n\n{summary.strip()}\n\n"
         f"<details><summary>All tables of that run</summary>\n\n{workloads.strip()}\n\n{tail}\n\n</details>"
     )
