@@ -3,7 +3,10 @@
 a file or folder that exists, and every `#anchor` (in the same file or in
 another Markdown file) must match a heading there, with GitHub's rule for
 heading ids. Web links (http, https, mailto) are listed, not fetched: CI runs
-offline.
+offline. The user docs (README, docs/, the examples' and the package's
+READMEs) must also describe the product, not its history: a commit hash in
+backticks or an issue number there is reported (git and CHANGELOG.md keep
+the history).
 
     tools/check_links.py             check every tracked *.md file
     tools/check_links.py FILE...     check these files
@@ -29,6 +32,8 @@ INLINE_LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s
 REFERENCE_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
 HTML_ID = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 WEB = ("http://", "https://", "mailto:")
+HISTORY = re.compile(r"`[0-9a-f]{7,40}`|\bcommit [0-9a-f]{7,40}\b|\bissues? #?[0-9]+\b", re.I)
+USER_DOCS = ("README.md", "docs/", "examples-c/README.md", "examples-cpp/", "bindings/python/README.md")
 
 
 def slug(heading: str) -> str:
@@ -87,11 +92,23 @@ def links(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def history(path: Path, root: Path) -> list[str]:
+    rel = str(path.relative_to(root))
+    if not rel.startswith(USER_DOCS):
+        return []
+    found = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for m in HISTORY.finditer(line):
+            found.append(f"{rel}:{number}: '{m.group(0)}': project history in a user doc (git and CHANGELOG.md keep it)")
+    return found
+
+
 def check(files: list[Path], root: Path) -> tuple[list[str], int, int]:
     """Returns (problems, links checked, web links skipped)."""
     problems, checked, web = [], 0, 0
     cache: dict[Path, set[str]] = {}
     for path in files:
+        problems += history(path, root)
         for number, target in links(path):
             where = f"{path.relative_to(root)}:{number}"
             if target.startswith(WEB):
@@ -140,14 +157,15 @@ def self_test() -> int:
             "[web](https://example.com/x#y) `[code](not-a-link.md)`\n"
             "[broken anchor](docs/guide.md#stats-completed) [broken file](docs/gone.md)\n"
             "[broken local anchor](#nothing-here)\n"
+            "Since commit `abc1234` (issue 29) it is faster; 0x1234567 and deadbeefs are not hashes.\n"
         )
         problems, checked, web = check([root / "README.md", root / "docs" / "guide.md"], root)
-    expected = ["#stats-completed", "docs/gone.md", "#nothing-here"]
+    expected = ["#stats-completed", "docs/gone.md", "#nothing-here", "`abc1234`", "issue 29"]
     caught = [e for e in expected if any(e in p for p in problems)]
-    ok = len(problems) == 3 and caught == expected and checked == 7 and web == 1
+    ok = len(problems) == 5 and caught == expected and checked == 7 and web == 1
     for p in problems:
         print(f"  self-test caught: {p}")
-    print(f"check_links self-test: {'ok' if ok else 'FAILED'} ({checked} links checked, {len(problems)} broken, as planted: 3)")
+    print(f"check_links self-test: {'ok' if ok else 'FAILED'} ({checked} links checked, {len(problems)} problems, as planted: 5)")
     return 0 if ok else 1
 
 
@@ -159,7 +177,7 @@ def main(argv: list[str]) -> int:
     for p in problems:
         print(p)
     print(
-        f"check_links: {checked} links in {len(files)} Markdown files, {len(problems)} broken; "
+        f"check_links: {checked} links in {len(files)} Markdown files, {len(problems)} problems; "
         f"{web} web links not fetched"
     )
     return 1 if problems else 0
