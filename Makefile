@@ -69,7 +69,7 @@ test: test-announce test-rust test-rust-debug test-loom test-miri $(TEST_TARGETS
 	@echo "make test: all suites passed"
 
 test-rust:
-	$(CARGO) test --release -p wspool
+	$(CARGO) test --profile test-release -p wspool
 
 # The same tests in a debug build: overflow checks and debug assertions on.
 # Then the benchmark crate: its harness's tests, the peers of the C run
@@ -89,15 +89,15 @@ test-rust-debug:
 # through a Release store instead of a Release fence, and with
 # release_memory freeing buffers without checking for thieves.
 test-loom:
-	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release -p wspool --test loom --target-dir target/loom
+	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --profile test-release -p wspool --test loom --target-dir target/loom
 	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_push_fence" LOOM_MAX_PREEMPTIONS=3 \
-	  $(CARGO) test --release -q -p wspool --test loom --target-dir target/loom-mutant -- local_push_races_park \
+	  $(CARGO) test --profile test-release -q -p wspool --test loom --target-dir target/loom-mutant -- local_push_races_park \
 	  > target/loom-mutant.log 2>&1; then \
 	  echo "test-loom: the models PASSED without the local-push fence: they no longer catch the lost wake-up"; exit 1; fi
 	@grep -q "deadlock" target/loom-mutant.log || { cat target/loom-mutant.log; echo "test-loom: the mutant failed, but not with the expected deadlock"; exit 1; }
 	@echo "test-loom: without the local-push fence the model deadlocks, as it must"
 	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_pop_fence" LOOM_MAX_PREEMPTIONS=3 \
-	  $(CARGO) test --release -q -p wspool --test loom --target-dir target/loom-mutant -- deque_pop_races_steal \
+	  $(CARGO) test --profile test-release -q -p wspool --test loom --target-dir target/loom-mutant -- deque_pop_races_steal \
 	  > target/loom-mutant-deque.log 2>&1; then \
 	  echo "test-loom: the deque model PASSED without pop's fence: it no longer catches a value taken twice"; exit 1; fi
 	@grep -q "values lost or taken twice" target/loom-mutant-deque.log || { cat target/loom-mutant-deque.log; echo "test-loom: the deque mutant failed, but not by taking a value twice"; exit 1; }
@@ -111,7 +111,7 @@ test-loom:
 # $(MODEL) must fail, and with $(EXPECT) in its output.
 loom-mutant:
 	@if RUSTFLAGS="--cfg loom --cfg $(MUTANT)" LOOM_MAX_PREEMPTIONS=3 \
-	  $(CARGO) test --release -q -p wspool --test loom --target-dir target/loom-mutant -- $(MODEL) \
+	  $(CARGO) test --profile test-release -q -p wspool --test loom --target-dir target/loom-mutant -- $(MODEL) \
 	  > target/loom-$(MUTANT).log 2>&1; then \
 	  echo "test-loom: $(MODEL) PASSED with $(WHAT): it no longer catches that bug"; exit 1; fi
 	@grep -q "$(EXPECT)" target/loom-$(MUTANT).log || { cat target/loom-$(MUTANT).log; \
@@ -121,13 +121,17 @@ loom-mutant:
 # The unit tests of every module whose unsafe code or atomics a data race,
 # a use after free or a lost provenance would break, under Miri: the
 # workers' deques, the global queue with its batch reservation (push_run),
-# the completion queue's nodes and the group state. Racing tests run with
-# several seeds (each seed is another schedule of the same threads). The tests are
+# the completion queue's nodes and the group state, once; the racing tests
+# among them again with several seeds (each seed is another schedule of the
+# same threads). The tests are
 # Miri-sized under cfg(miri); tests Miri cannot judge are ignored there
 # with the reason (the deques' wrap-around races, by design). Then the
 # deque's push built with a Release store instead of its Release fence:
 # Miri must report the data race on a slot (as the loom mutant must).
 MIRI_MODULES := deque:: injector:: cq:: group::
+# The tests whose threads race (names containing these), run with every seed
+# of MIRI_SEEDS; the rest of MIRI_MODULES run once (seed 0).
+MIRI_RACING := race concurrent whatever_order
 MIRI_SEEDS ?= 0..4
 test-miri:
 	@if ! $(CARGO) +nightly miri --version >/dev/null 2>&1; then \
@@ -136,8 +140,9 @@ test-miri:
 	@if ! $(CARGO) +nightly miri --version >/dev/null 2>&1; then \
 	  echo "test-miri: SKIPPED: cargo +nightly miri is not available here and rustup could not install it"; \
 	  exit 0; fi; \
+	$(CARGO) +nightly miri test -p wspool --lib --target-dir target/miri -- $(MIRI_MODULES) || exit 1; \
 	MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS)" $(CARGO) +nightly miri test -p wspool --lib \
-	  --target-dir target/miri -- $(MIRI_MODULES); \
+	  --target-dir target/miri -- $(MIRI_RACING) || exit 1; \
 	if RUSTFLAGS="--cfg wspool_mutant_push_release_store" MIRIFLAGS="-Zmiri-many-seeds=0..8" \
 	  $(CARGO) +nightly miri test -p wspool --lib --target-dir target/miri-mutant \
 	  -- deque::tests::push_push_pop_races_two_thieves > target/miri-mutant.log 2>&1; then \
