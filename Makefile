@@ -65,8 +65,23 @@ test-announce:
 	@echo "    not root: a missing package stops its suite with the command to install it"
 
 ## Every test: Rust unit/integration tests, the loom models, Miri, then each layer's suite.
-test: test-announce test-rust test-rust-debug test-loom test-miri $(TEST_TARGETS)
-	@echo "make test: all suites passed"
+# Miri interprets on one thread for about ten minutes, so it runs beside the
+# other suites (which must pass on a loaded machine anyway) rather than
+# before them; its output goes to target/test-miri.log and is printed at the
+# end. A failing suite stops the run and Miri with it.
+TEST_SERIAL := test-rust test-rust-debug test-loom $(TEST_TARGETS)
+test: test-announce
+	@mkdir -p target; rm -f target/test-miri.rc; \
+	setsid sh -c '$(MAKE) --no-print-directory test-miri > target/test-miri.log 2>&1; echo $$? > target/test-miri.rc' & miri=$$!; \
+	echo "make test: test-miri runs beside the other suites (log: target/test-miri.log)"; \
+	$(MAKE) --no-print-directory $(TEST_SERIAL); rc=$$?; \
+	if [ $$rc -ne 0 ]; then kill -- -$$miri 2>/dev/null; \
+	  echo "make test: a suite failed (exit $$rc); test-miri stopped"; exit $$rc; fi; \
+	echo "make test: waiting for test-miri"; wait $$miri; \
+	tail -n 8 target/test-miri.log; \
+	if [ "$$(cat target/test-miri.rc 2>/dev/null)" != 0 ]; then tail -n 80 target/test-miri.log; \
+	  echo "make test: test-miri failed (target/test-miri.log)"; exit 1; fi; \
+	echo "make test: all suites passed"
 
 test-rust:
 	$(CARGO) test --profile test-release -p wspool
