@@ -129,6 +129,10 @@ def test_workers_run_python_in_parallel_with_the_main_thread(pool: wspool.Pool) 
 def test_ctrl_c_interrupts_a_wait(what: str) -> None:
     code = f"""
         import signal, sys, threading, time, wspool
+        # A child started with SIGINT ignored (a job run in the background
+        # by a non-interactive shell, as some CI runners do) inherits that,
+        # and Python then installs no KeyboardInterrupt handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         pool = wspool.Pool(min_threads=2)
         gate = threading.Event()
         f = pool.submit(gate.wait, 60)
