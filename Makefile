@@ -52,16 +52,17 @@ help:
 # What `make test` installs, said before it does: nothing outside the
 # repository unless run as root, and then only Debian packages.
 test-announce:
-	@echo "make test: runs every suite (about 12 min on 2 cores once crates are fetched). It installs what it needs:"
+	@echo "make test: runs every suite (about 25 min on 2 cores from a fresh clone with crates fetched; most of it"
+	@echo "  is building and running the optimised Rust tests, the loom models and the C and C++ sanitizer suites;"
+	@echo "  Miri runs beside them). It installs what it needs:"
 	@echo "  - crates through cargo, and the pinned cbindgen $(CBINDGEN_VERSION) into target/tools (header freshness check)"
 	@echo "  - rustup components miri and rust-src on the nightly toolchain (make test-miri; skipped, saying why, if they cannot be installed)"
 	@echo "  - rustup targets x86_64-apple-darwin and x86_64-pc-windows-gnu for cargo check (skipped if unavailable)"
-	@echo "  - maturin, pytest, pytest-timeout, mypy, the real clients dask, uvloop, coverage, and ziglang and"
-	@echo "    auditwheel for the manylinux2014 wheel (all pinned)"
+	@echo "  - maturin, pytest, pytest-timeout, mypy and the real clients dask, uvloop, coverage (all pinned)"
 	@echo "    into ./.venv, then the Python package; prometheus_client (pinned) into target/embed/venv"
 	@echo "  - only when missing and only as root, Debian packages through apt-get: valgrind, pkg-config,"
 	@echo "    cmake (C install test), python3-venv, libpython3.11-testsuite (CPython's executor tests),"
-	@echo "    libuv1-dev, libevent-dev, curl, apache2-utils, wrk (HTTP examples and their clients);"
+	@echo "    libuv1-dev, libevent-dev, curl, apache2-utils, wrk (HTTP examples and their clients), libboost-dev (C++);"
 	@echo "    not root: a missing package stops its suite with the command to install it"
 
 ## Every test: Rust unit/integration tests, the loom models, Miri, then each layer's suite.
