@@ -144,7 +144,7 @@ loom-mutant:
 # with the reason (the deques' wrap-around races, by design). Then the
 # deque's push built with a Release store instead of its Release fence:
 # Miri must report the data race on a slot (as the loom mutant must).
-MIRI_MODULES := deque:: injector:: cq:: group::
+MIRI_MODULES := deque:: injector:: cq:: group:: deadline::
 # The tests whose threads race (names containing these), run with every seed
 # of MIRI_SEEDS; the rest of MIRI_MODULES run once (seed 0).
 MIRI_RACING := race concurrent whatever_order

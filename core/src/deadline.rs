@@ -128,3 +128,69 @@ pub fn monotonic_now_ns() -> u64 {
         EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The wrapper's own lifetime rules, without pool threads (so Miri
+    //! runs them: `make test-miri`): the leaked box is read back exactly
+    //! once on each path, and the wrapped closure runs or is dropped once.
+    use super::*;
+    use crate::job::HeapJob;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use std::time::Duration;
+
+    /// Counts its runs and its drops, and whether it was dropped expiring.
+    struct Probe {
+        ran: Arc<AtomicUsize>,
+        dropped: Arc<AtomicUsize>,
+        dropped_expiring: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.dropped.fetch_add(1, Relaxed);
+            if expiring() {
+                self.dropped_expiring.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn setup(deadline: Instant) -> (Arc<Registry>, JobRef, [Arc<AtomicUsize>; 3]) {
+        let registry = Arc::new(Registry::new(crate::Pool::builder().min_threads(1)));
+        let counts = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+        let probe = Probe { ran: counts[0].clone(), dropped: counts[1].clone(), dropped_expiring: counts[2].clone() };
+        let job = HeapJob::into_job_ref(move || {
+            probe.ran.fetch_add(1, Relaxed);
+        });
+        (registry.clone(), wrap(job, deadline, &registry), counts)
+    }
+
+    fn seen(counts: &[Arc<AtomicUsize>; 3]) -> [usize; 3] {
+        counts.each_ref().map(|c| c.load(Relaxed))
+    }
+
+    #[test]
+    fn a_job_started_before_its_deadline_runs_once() {
+        let (registry, job, counts) = setup(Instant::now() + Duration::from_secs(3600));
+        job.run();
+        assert_eq!(seen(&counts), [1, 1, 0]);
+        assert_eq!(registry.counters.expired.sum(), 0);
+    }
+
+    #[test]
+    fn a_job_past_its_deadline_is_dropped_unrun_as_expiring_and_counted() {
+        let (registry, job, counts) = setup(Instant::now());
+        assert!(!job.run(), "an expired job is not a completion");
+        assert_eq!(seen(&counts), [0, 1, 1]);
+        assert_eq!(registry.counters.expired.sum(), 1);
+        assert!(!expiring(), "the flag is set only while the job is dropped");
+    }
+
+    #[test]
+    fn a_cancelled_job_is_dropped_once_and_not_counted_expired() {
+        let (registry, job, counts) = setup(Instant::now());
+        job.cancel();
+        assert_eq!(seen(&counts), [0, 1, 0]);
+        assert_eq!(registry.counters.expired.sum(), 0);
+    }
+}
