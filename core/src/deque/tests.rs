@@ -261,10 +261,23 @@ fn steal_until_done(stealer: &Stealer<Box<usize>>, batch: bool, seen: &[StdAtomi
 /// see the write of the slot it reads (the push's Release fence orders it).
 /// Boxed values, so a stale or provenance-less copy is also a Miri error.
 /// No index wraps (at most 24 pushes into a 64-slot buffer).
+///
+/// Miri sees the mutant's race only when a thief loads `back` between a
+/// pop's store and its SeqCst fence, having missed the round's pushes: one
+/// schedule in a few per seed. The mutant build runs more iterations per
+/// seed and `make test-miri` tries up to 16 seeds, stopping at the first
+/// that reports it.
 #[test]
 fn push_push_pop_races_two_thieves() {
     const ROUNDS: usize = 12;
-    for _ in 0..if cfg!(miri) { 2 } else { 500 } {
+    let iterations = if cfg!(wspool_mutant_push_release_store) {
+        12
+    } else if cfg!(miri) {
+        2
+    } else {
+        500
+    };
+    for _ in 0..iterations {
         let w: Worker<Box<usize>> = Worker::new_lifo();
         let seen: Vec<StdAtomicUsize> = (0..2 * ROUNDS).map(|_| StdAtomicUsize::new(0)).collect();
         let done = AtomicBool::new(false);
