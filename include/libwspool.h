@@ -488,6 +488,16 @@ typedef struct wspool_submit_opts {
    * order); a task on a lane takes the lane's priority (`wspool_lane_create`).
    */
   int priority;
+  /**
+   * Added with task labels (issue 26). NULL: none. Otherwise a NUL-terminated name for what the
+   * task "is", shown by `wspool_dump` on the thread running, blocking or waiting inside it. It
+   * is copied at submission (the string need not outlive the call; invalid UTF-8 is replaced,
+   * not refused) into a process-wide table of names that is never freed and holds at most
+   * 65,536 of them (later new names all show as "(too many labels)"): labels are meant as a
+   * small set of names, like metric labels, not per-task data. A known name costs a lookup in
+   * a per-thread cache; a task without a label pays nothing.
+   */
+  const char *label;
 } wspool_submit_opts;
 
 /**

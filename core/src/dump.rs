@@ -131,6 +131,11 @@ pub struct ThreadDump {
     /// Tasks it took so far (a sequence number: unchanged between two
     /// snapshots while it runs the same task).
     pub tasks_taken: u64,
+    /// The label of the innermost labelled task the thread is running,
+    /// blocking or waiting inside ([`SpawnOptions::label`](crate::SpawnOptions::label),
+    /// [`with_label`](crate::with_label)); `None` for an unlabelled task
+    /// and between tasks.
+    pub label: Option<&'static str>,
 }
 
 /// What a pool thread is doing.
@@ -454,6 +459,7 @@ impl Registry {
                     deque_len: slot.stealer.len(),
                     inbox_len: slot.inbox.len(),
                     tasks_taken: c.local_pops.load(Relaxed) + c.global_pops.load(Relaxed) + c.steals.load(Relaxed),
+                    label: crate::label::shown(c, state),
                 });
             }
             // The global queue's progress is global work started (its
@@ -604,7 +610,7 @@ impl fmt::Display for PoolDump {
         )?;
         writeln!(f, "threads:")?;
         for t in &self.threads {
-            write!(f, "  #{:<3} tid {:<8} {}", t.index, t.os_tid, t.state)?;
+            write!(f, "  #{:<3} tid {:<8} {}", t.index, t.os_tid, crate::label::Labelled(t.state, t.label))?;
             if let Some(d) = t.for_at_least {
                 write!(f, " for >= {}", Ms(d))?;
             }

@@ -7,7 +7,7 @@ use crate::config::Builder;
 use crate::error::{BatchError, ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind};
 use crate::group::Group;
 use crate::growth::Monitor;
-use crate::job::HeapJob;
+use crate::job::{HeapJob, JobRef};
 use crate::join::{join_foreign, join_on_worker};
 use crate::priority::Priority;
 use crate::registry::Registry;
@@ -56,6 +56,13 @@ pub struct SpawnOptions<'a> {
     /// order, and a lane's task takes the lane's priority
     /// ([`Pool::lane_with_priority`]).
     pub priority: Priority,
+    /// What the task "is", for snapshots ([`Pool::dump`] shows it on the
+    /// thread running, blocking or waiting inside the task): see
+    /// [`Label`](crate::Label), meant as a small set of names. A labelled
+    /// task takes the out-of-line submission path and is wrapped in
+    /// [`with_label`](crate::with_label) (its closure grows by 4 bytes,
+    /// which may box it); an unlabelled one pays nothing.
+    pub label: Option<crate::Label>,
 }
 
 /// A work-stealing thread pool. Cheap to clone; when the last clone is
@@ -153,18 +160,20 @@ impl Pool {
         if let Err(kind) = self.check_owner(&opts) {
             return Err(SpawnError::new(kind, f));
         }
-        if opts.deadline.is_some() || opts.priority != Priority::Normal {
+        if opts.deadline.is_some() || opts.priority != Priority::Normal || opts.label.is_some() {
             return self.spawn_special(opts, f);
         }
         match (opts.serial, opts.group) {
-            (Some(serial), group) => serial.spawn_in(group, None, f),
+            (Some(serial), group) => serial.spawn_in(group, None, None, f),
             (None, Some(group)) => group.spawn_inner(f, opts.global),
             (None, None) => self.registry().submit_job(f, opts.global, HeapJob::into_job_ref),
         }
     }
 
     /// `spawn_with` of a task with a deadline (its job is wrapped to
-    /// expire, `deadline.rs`) or a priority (`priority.rs`). Out of line:
+    /// expire, `deadline.rs`), a priority (`priority.rs`) or a label
+    /// (`label.rs`: its closure is wrapped, only once accepted, so a
+    /// refusal still hands back the caller's own closure). Out of line:
     /// the plain paths never see it.
     #[inline(never)]
     fn spawn_special<F: FnOnce() + Send + 'static>(&self, opts: SpawnOptions<'_>, f: F) -> Result<(), SpawnError<F>> {
@@ -173,12 +182,21 @@ impl Pool {
             Some(deadline) => crate::deadline::wrap(job, deadline, registry),
             None => job,
         };
+        // The job of a task (or a group's bound task): labelled only when
+        // asked, so an unlabelled task keeps its own, smaller closure.
+        fn heap_job<G: FnOnce() + Send + 'static>(label: Option<crate::Label>, g: G) -> JobRef {
+            match label {
+                Some(label) => HeapJob::into_job_ref(crate::label::labelled(label, g)),
+                None => HeapJob::into_job_ref(g),
+            }
+        }
         match (opts.serial, opts.group) {
-            (Some(serial), group) => serial.spawn_in(group, opts.deadline, f),
-            (None, Some(group)) => registry
-                .submit_job_at(f, opts.global, opts.priority, |f| expiring(HeapJob::into_job_ref(group.bind(f)))),
+            (Some(serial), group) => serial.spawn_in(group, opts.deadline, opts.label, f),
+            (None, Some(group)) => {
+                registry.submit_job_at(f, opts.global, opts.priority, |f| expiring(heap_job(opts.label, group.bind(f))))
+            }
             (None, None) => {
-                registry.submit_job_at(f, opts.global, opts.priority, |f| expiring(HeapJob::into_job_ref(f)))
+                registry.submit_job_at(f, opts.global, opts.priority, |f| expiring(heap_job(opts.label, f)))
             }
         }
     }
@@ -219,7 +237,11 @@ impl Pool {
         if let Err(kind) = self.check_owner(&opts) {
             return Err(BatchError::new(kind, Vec::new(), tasks));
         }
-        if opts.group.is_none() && opts.serial.is_none() && opts.deadline.is_none() && opts.priority == Priority::Normal
+        if opts.group.is_none()
+            && opts.serial.is_none()
+            && opts.deadline.is_none()
+            && opts.priority == Priority::Normal
+            && opts.label.is_none()
         {
             let into_job = |f| (HeapJob::into_job_ref(f), ());
             return self.registry().submit_batch(tasks, opts.global, into_job).map(drop);
@@ -286,14 +308,15 @@ impl Pool {
             return Err(SpawnError::new(kind, f));
         }
         let registry = self.registry();
-        let special = opts.deadline.is_some() || opts.priority != Priority::Normal;
+        let special = opts.deadline.is_some() || opts.priority != Priority::Normal || opts.label.is_some();
         match (opts.serial, opts.group, special) {
-            (Some(serial), group, _) => return serial.submit_in(group, opts.deadline, f),
+            (Some(serial), group, _) => return serial.submit_in(group, opts.deadline, opts.label, f),
             (None, Some(group), false) => return group.submit_inner(f, opts.global),
             (None, Some(group), true) => {
                 let mut handle = None;
                 registry.submit_job_at(f, opts.global, opts.priority, |f| {
-                    let (h, job) = TaskHandle::with_deadline(registry, group.bind_handled(f), true, opts.deadline);
+                    let (h, job) =
+                        TaskHandle::labelled(registry, group.bind_handled(f), true, opts.deadline, opts.label);
                     handle = Some(h);
                     job
                 })?;
@@ -302,7 +325,7 @@ impl Pool {
             (None, None, true) => {
                 let mut handle = None;
                 registry.submit_job_at(f, opts.global, opts.priority, |f| {
-                    let (h, job) = TaskHandle::with_deadline(registry, f, true, opts.deadline);
+                    let (h, job) = TaskHandle::labelled(registry, f, true, opts.deadline, opts.label);
                     handle = Some(h);
                     job
                 })?;

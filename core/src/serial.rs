@@ -194,15 +194,16 @@ impl SerialQueue {
 
     /// Appends `f`; it runs after every task queued before it has finished.
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), SpawnError<F>> {
-        self.spawn_in(None, None, f)
+        self.spawn_in(None, None, None, f)
     }
 
     /// `spawn`, counting the task toward `group` too, expiring at `deadline`
-    /// unless its turn came before.
+    /// unless its turn came before, labelled `label`.
     pub(crate) fn spawn_in<F: FnOnce() + Send + 'static>(
         &self,
         group: Option<&Group>,
         deadline: Option<Instant>,
+        label: Option<crate::Label>,
         f: F,
     ) -> Result<(), SpawnError<F>> {
         let registry = &self.inner.registry;
@@ -211,6 +212,17 @@ impl SerialQueue {
             Ok(open) => open,
             Err(kind) => return Err(SpawnError::new(kind, f)),
         };
+        // Wrapped only once accepted: a refusal hands back `f` itself.
+        match label {
+            Some(label) => self.enqueue_task(group, deadline, crate::label::labelled(label, f)),
+            None => self.enqueue_task(group, deadline, f),
+        }
+        Ok(())
+    }
+
+    /// The accepted task `f` queued (see `spawn_in`).
+    fn enqueue_task<F: FnOnce() + Send + 'static>(&self, group: Option<&Group>, deadline: Option<Instant>, f: F) {
+        let registry = &self.inner.registry;
         let job = match group {
             Some(group) => HeapJob::into_job_ref(group.bind(f)),
             None => HeapJob::into_job_ref(f),
@@ -220,7 +232,6 @@ impl SerialQueue {
             None => job,
         };
         self.inner.enqueue(job);
-        Ok(())
     }
 
     /// Appends `f` and returns its handle. Waiting on the handle from a pool
@@ -230,15 +241,16 @@ impl SerialQueue {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.submit_in(None, None, f)
+        self.submit_in(None, None, None, f)
     }
 
     /// `submit`, counting the task toward `group` too, expiring at
-    /// `deadline` unless its turn came before.
+    /// `deadline` unless its turn came before, labelled `label`.
     pub(crate) fn submit_in<F, T>(
         &self,
         group: Option<&Group>,
         deadline: Option<Instant>,
+        label: Option<crate::Label>,
         f: F,
     ) -> Result<TaskHandle<T>, SpawnError<F>>
     where
@@ -251,8 +263,8 @@ impl SerialQueue {
             Err(kind) => return Err(SpawnError::new(kind, f)),
         };
         let (handle, job) = match group {
-            Some(group) => TaskHandle::with_deadline(&self.inner.registry, group.bind_handled(f), false, deadline),
-            None => TaskHandle::with_deadline(&self.inner.registry, f, false, deadline),
+            Some(group) => TaskHandle::labelled(&self.inner.registry, group.bind_handled(f), false, deadline, label),
+            None => TaskHandle::labelled(&self.inner.registry, f, false, deadline, label),
         };
         if lock(&self.inner.state).limit == 1 {
             handle.set_serial(Arc::as_ptr(&self.inner) as usize);

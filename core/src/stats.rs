@@ -121,6 +121,10 @@ pub(crate) struct WorkerCounters {
     /// The occupying thread's `Here` address: task handles record their
     /// runner's, and the dump maps it back to a worker index.
     pub(crate) here_addr: AtomicUsize,
+    /// The id of the innermost labelled task running on the occupying
+    /// thread (`label::with_label`), 0 for none: written only around
+    /// labelled tasks, never per plain task; read by `Pool::dump`.
+    pub(crate) label: std::sync::atomic::AtomicU32,
 }
 
 /// Single-writer increment: no locked instruction.

@@ -238,15 +238,22 @@ impl<T: Send + 'static> TaskHandle<T> {
     }
 
     /// `new` for a task that expires unless it starts before `deadline`,
-    /// and whose waiters may run it themselves only if `inline_ok` (false
-    /// for a serial queue's task, whose turn is fixed).
-    pub(crate) fn with_deadline<F: FnOnce() -> T + Send + 'static>(
+    /// whose waiters may run it themselves only if `inline_ok` (false for
+    /// a serial queue's task, whose turn is fixed), labelled `label`
+    /// (`label.rs`): the label wraps the closure inside the cell, so it is
+    /// published whoever runs the task (a worker, or a waiter running it
+    /// inline).
+    pub(crate) fn labelled<F: FnOnce() -> T + Send + 'static>(
         registry: &Arc<Registry>,
         f: F,
         inline_ok: bool,
         deadline: Option<Instant>,
+        label: Option<crate::Label>,
     ) -> (TaskHandle<T>, JobRef) {
-        Self::build(registry, f, inline_ok, deadline)
+        match label {
+            Some(label) => Self::build(registry, crate::label::labelled(label, f), inline_ok, deadline),
+            None => Self::build(registry, f, inline_ok, deadline),
+        }
     }
 
     fn build<F: FnOnce() -> T + Send + 'static>(

@@ -187,6 +187,8 @@ fn mixed_submissions_race_shutdown_and_every_accepted_task_ends_once() {
                             serial: (k % 5 == 0).then(|| &lanes[k % 3]),
                             group: (k % 7 == 0).then_some(group),
                             global: k % 2 == 0,
+                            // Labelled tasks take the wrapped path: still ended exactly once.
+                            label: (k % 3 == 1).then(|| wspool::Label::new("stress")),
                         };
                         let ok = if k % 11 == 0 {
                             match pool.submit_with(opts, move || t.run()) {

@@ -1,7 +1,7 @@
 //! Submission: `wspool_submit`, `wspool_submit_ex` with its options (group,
 //! serial queue, `on_cancel`, a task handle) and `wspool_join`.
 
-use std::ffi::c_int;
+use std::ffi::{CStr, c_char, c_int};
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
 use std::ptr;
@@ -58,6 +58,14 @@ pub struct wspool_submit_opts {
     /// submissions from threads that are not the pool's (a pool thread's task keeps its deque's
     /// order); a task on a lane takes the lane's priority (`wspool_lane_create`).
     pub priority: c_int,
+    /// Added with task labels (issue 26). NULL: none. Otherwise a NUL-terminated name for what the
+    /// task "is", shown by `wspool_dump` on the thread running, blocking or waiting inside it. It
+    /// is copied at submission (the string need not outlive the call; invalid UTF-8 is replaced,
+    /// not refused) into a process-wide table of names that is never freed and holds at most
+    /// 65,536 of them (later new names all show as "(too many labels)"): labels are meant as a
+    /// small set of names, like metric labels, not per-task data. A known name costs a lookup in
+    /// a per-thread cache; a task without a label pays nothing.
+    pub label: *const c_char,
 }
 
 /// `wspool_submit_opts.priority`: behind normal work, aged so it is never starved.
@@ -90,10 +98,11 @@ const _: () =
     assert!(offset_of!(wspool_submit_opts, on_cancel) + size_of::<wspool_fn>() == WSPOOL_SUBMIT_OPTS_MIN_SIZE);
 
 /// The end of each published `wspool_submit_opts` layout, oldest first.
-const OPTS_LAYOUTS: [usize; 4] = [WSPOOL_SUBMIT_OPTS_MIN_SIZE, 40, 48, 52];
+const OPTS_LAYOUTS: [usize; 5] = [WSPOOL_SUBMIT_OPTS_MIN_SIZE, 40, 48, 52, 64];
 const _: () = assert!(offset_of!(wspool_submit_opts, serial) + size_of::<usize>() == OPTS_LAYOUTS[1]);
 const _: () = assert!(offset_of!(wspool_submit_opts, deadline_ns) + size_of::<u64>() == OPTS_LAYOUTS[2]);
 const _: () = assert!(offset_of!(wspool_submit_opts, priority) + size_of::<c_int>() == OPTS_LAYOUTS[3]);
+const _: () = assert!(offset_of!(wspool_submit_opts, label) + size_of::<usize>() == OPTS_LAYOUTS[4]);
 
 /// Submits `fn(arg)`. On `WSPOOL_OK` the pool owns `arg` until `fn(arg)` returns; on any error the
 /// caller keeps it and `fn` is never called. From a pool thread the task goes to that thread's
@@ -117,6 +126,7 @@ fn default_opts() -> wspool_submit_opts {
         serial: ptr::null_mut(),
         deadline_ns: 0,
         priority: WSPOOL_PRIORITY_NORMAL,
+        label: ptr::null(),
     }
 }
 
@@ -150,7 +160,13 @@ pub(crate) fn spawn_options<'a>(o: &wspool_submit_opts) -> Res<SpawnOptions<'a>>
     };
     let deadline = crate::task::deadline_of(o.deadline_ns);
     let priority = priority_of(o.priority)?;
-    Ok(SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial, deadline, priority })
+    let label = match o.label.is_null() {
+        true => None,
+        // SAFETY: a non-null label is a NUL-terminated string, readable for the call (the
+        // header's contract); it is copied (interned) before the call returns.
+        false => Some(wspool_core::Label::intern(&unsafe { CStr::from_ptr(o.label) }.to_string_lossy())),
+    };
+    Ok(SpawnOptions { global: o.flags & WSPOOL_SUBMIT_GLOBAL != 0, group, serial, deadline, priority, label })
 }
 
 /// Fills `*opts` with the defaults, `struct_size` included. NULL is ignored (and sets the last error).
