@@ -4,7 +4,8 @@
  * callback and wspool_stats.stalls. No check depends on timing: states are
  * set up with gates, and a wait that must end is bounded by MUST_MS (a hang
  * becomes a failure). A serial queue's task waiting on a task queued behind
- * it gets WSPOOL_EDEADLK too. Run by `make test-c` in the same four passes as
+ * it gets WSPOOL_EDEADLK too. Task labels (wspool_submit_opts.label) show
+ * in the report. Run by `make test-c` in the same four passes as
  * test_wspool. */
 #include "harness.h"
 
@@ -164,6 +165,47 @@ static void test_dump_report_and_truncation(void) {
     gate_destroy(&g);
 }
 
+/* Task labels (wspool_submit_opts.label): four held tasks, one labelled from
+ * a buffer overwritten right after the submission (the pool copied it), one
+ * labelled with invalid UTF-8 (replaced, not refused), one unlabelled, and
+ * one whose caller's struct ends before `label` (an older layout: the field
+ * is never read). The report names the first two only. */
+static void test_dump_shows_task_labels(void) {
+    wspool *p = make_pool(4, 4, WSPOOL_GROWTH_FIXED);
+    gate_t g;
+    gate_init(&g);
+    wspool_submit_opts o;
+    wspool_submit_opts_init(&o);
+    char name[32];
+    strcpy(name, "parse_request");
+    o.label = name;
+    OK(wspool_submit_ex(p, task_gate, &g, &o, NULL));
+    memset(name, 'x', sizeof name - 1); /* the pool must not read it later */
+    o.label = "bad\xff utf8";
+    OK(wspool_submit_ex(p, task_gate, &g, &o, NULL));
+    OK(wspool_submit(p, task_gate, &g));
+    o.label = "never read";
+    o.struct_size = offsetof(wspool_submit_opts, label);
+    OK(wspool_submit_ex(p, task_gate, &g, &o, NULL));
+    CHECK(wait_at_least(&g.inside, 4));
+    char buf[8192];
+    int seen = 0;
+    for (long waited = 0; waited < MUST_MS && !seen; waited++) {
+        OK(wspool_dump(p, buf, sizeof buf, NULL));
+        seen = strstr(buf, "running \"parse_request\"") != NULL &&
+               strstr(buf, "running \"bad\xef\xbf\xbd utf8\"") != NULL;
+        if (!seen) sleep_ms(1);
+    }
+    if (!seen) fprintf(stderr, "%s", buf);
+    CHECK(seen);
+    CHECK(strstr(buf, "running a task") != NULL); /* the unlabelled ones */
+    CHECK(strstr(buf, "never read") == NULL);
+    CHECK(strstr(buf, "xxxx") == NULL);
+    gate_open(&g);
+    wspool_destroy(p);
+    gate_destroy(&g);
+}
+
 typedef struct {
     atomic_int reports;
     atomic_int mentions_queue; /* the report named the queued task */
@@ -206,6 +248,7 @@ int main(int argc, char **argv) {
         {"group_task_waiting_on_its_group_gets_edeadlk", test_group_task_waiting_on_its_group_gets_edeadlk},
         {"serial_task_waiting_on_the_next_gets_edeadlk", test_serial_task_waiting_on_the_next_gets_edeadlk},
         {"dump_report_and_truncation", test_dump_report_and_truncation},
+        {"dump_shows_task_labels", test_dump_shows_task_labels},
         {"stall_handler_reports_and_counts", test_stall_handler_reports_and_counts},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
