@@ -90,6 +90,9 @@ pub struct Builder {
     pub(crate) stack_size: Option<usize>,
     pub(crate) cpu_parallelism: usize,
     pub(crate) monitor_hint: bool,
+    /// Start the monitor thread (always, but for the unit tests that drive
+    /// `watch_stall` on their own clock and must be its only caller).
+    pub(crate) monitor_thread: bool,
     pub(crate) thread_nice: u32,
     /// What `thread_nice` comes to for this pool's threads (set by `validate`).
     pub(crate) nice_target: Option<i32>,
@@ -112,6 +115,7 @@ impl Default for Builder {
             stack_size: None,
             cpu_parallelism: 0,
             monitor_hint: true,
+            monitor_thread: true,
             thread_nice: 0,
             nice_target: None,
             on_thread_start: None,
@@ -202,6 +206,12 @@ impl Builder {
     #[doc(hidden)]
     pub fn monitor_kernel_hint(mut self, on: bool) -> Self {
         self.monitor_hint = on;
+        self
+    }
+    /// No monitor thread: the test calling this is the only observer.
+    #[cfg(test)]
+    pub(crate) fn without_monitor_thread(mut self) -> Self {
+        self.monitor_thread = false;
         self
     }
     /// Stack size of worker threads (default: the platform's).

@@ -43,6 +43,9 @@ pub(crate) const PARKED: u8 = 2;
 pub(crate) const ORIGIN_STARTED: u8 = 0;
 /// Added by the starvation monitor.
 pub(crate) const ORIGIN_INJECTED: u8 = 1;
+/// Lent by the compensation: started to stand in for threads blocked in
+/// declared regions or parked in waits.
+pub(crate) const ORIGIN_LENT: u8 = 2;
 
 /// What a wait waits on (`WaitNote` kinds).
 pub(crate) const WAIT_TASK: u64 = 1;
@@ -103,7 +106,9 @@ pub struct PoolDump {
     pub stalls: u64,
     /// One record per occupied worker slot.
     pub threads: Vec<ThreadDump>,
-    /// The global queue first, then every live lane and serial queue.
+    /// The global queue first, then the priority levels (`priority high`,
+    /// `priority low`, once priorities were used), then every live lane
+    /// and serial queue.
     pub queues: Vec<QueueDump>,
     /// The monitor's recent decisions, oldest first.
     pub decisions: Vec<MonitorDecision>,
@@ -124,6 +129,14 @@ pub struct ThreadDump {
     pub for_at_least: Option<Duration>,
     /// Added by the starvation monitor.
     pub injected: bool,
+    /// Lent by the compensation: started to stand in for a thread blocked
+    /// in a declared region or parked in a wait (it retires when no longer
+    /// needed: at once under `Compensate`, after `keep_alive` otherwise).
+    pub lent: bool,
+    /// Waiting, parked, with nothing of its wait's region to run: counted
+    /// by the compensation, which lends a thread when no thread at all is
+    /// left to run queued work.
+    pub parked_in_wait: bool,
     /// Jobs in its own deque (work its tasks spawned).
     pub deque_len: usize,
     /// Global work it took in a batch and has not started.
@@ -181,7 +194,8 @@ pub enum WaitTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueDump {
-    /// `global`, or `lane 0x…/N` (N: its limit; a serial queue is 1).
+    /// `global`, `priority high`, `priority low`, or `lane 0x…/N` (N: its
+    /// limit; a serial queue is 1).
     pub name: String,
     /// Tasks queued.
     pub len: usize,
@@ -409,12 +423,6 @@ impl Diagnostics {
         st.after = after;
         st.handler = handler;
     }
-
-    /// Is anyone listening for stall reports?
-    pub(crate) fn stall_watched(&self) -> bool {
-        let st = lock(&self.stall);
-        st.handler.is_some() || st.to_stderr
-    }
 }
 
 impl Registry {
@@ -456,6 +464,8 @@ impl Registry {
                     state,
                     for_at_least,
                     injected: c.origin.load(Relaxed) == ORIGIN_INJECTED,
+                    lent: c.origin.load(Relaxed) == ORIGIN_LENT,
+                    parked_in_wait: matches!(state, ThreadState::Waiting { .. }) && c.activity.load(Relaxed) == PARKED,
                     deque_len: slot.stealer.len(),
                     inbox_len: slot.inbox.len(),
                     tasks_taken: c.local_pops.load(Relaxed) + c.global_pops.load(Relaxed) + c.steals.load(Relaxed),
@@ -476,9 +486,25 @@ impl Registry {
                 oldest_at_least: oldest,
                 in_inboxes,
             });
+            // The priority levels, once priorities were used. Their keys
+            // (1, 2) are no address. Each of their tasks also has a token
+            // in the global queue's count.
+            let mut live = vec![0usize];
+            if let Some((high, low)) = self.prio.probe() {
+                for (key, name, level) in [(1usize, "priority high", high), (2, "priority low", low)] {
+                    let oldest = observe_queue(&mut obs.queues, key, level.taken, level.len, now);
+                    live.push(key);
+                    queues.push(QueueDump {
+                        name: name.into(),
+                        len: level.len,
+                        running: 0,
+                        in_inboxes: 0,
+                        oldest_at_least: oldest,
+                    });
+                }
+            }
             let lanes: Vec<Arc<dyn LaneProbe>> = lock(&self.diag.lanes).iter().filter_map(Weak::upgrade).collect();
-            let mut live = Vec::with_capacity(lanes.len() + 1);
-            live.push(0usize);
+            live.reserve(lanes.len());
             for lane in &lanes {
                 let key = Arc::as_ptr(lane) as *const () as usize;
                 let (len, running, limit, started) = lane.probe();
@@ -618,8 +644,14 @@ impl fmt::Display for PoolDump {
             if t.deque_len + t.inbox_len > 0 {
                 write!(f, ", deque {}, inbox {}", t.deque_len, t.inbox_len)?;
             }
+            if t.parked_in_wait {
+                write!(f, ", parked: counted for lending")?;
+            }
             if t.injected {
                 write!(f, ", added by the monitor")?;
+            }
+            if t.lent {
+                write!(f, ", lent for a blocked or waiting thread")?;
             }
             writeln!(f, ")")?;
         }
@@ -725,12 +757,18 @@ mod tests {
 
     use crate::{Growth, Pool};
 
-    /// A 1-thread `Fixed` pool (no monitor thread: the test is the only
-    /// caller of `watch_stall`, on its own clock) whose stall reports are
+    /// A 1-thread `Fixed` pool without its monitor thread (the test is the
+    /// only caller of `watch_stall`, on its own clock) whose stall reports are
     /// counted, with `queued` tasks behind one that waits for tokens. Each
     /// task takes a token when it starts.
     fn stalled_pool(queued: usize) -> (Pool, mpsc::Sender<()>, Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>) {
-        let pool = Pool::builder().min_threads(1).max_threads(1).growth(Growth::Fixed).build().unwrap();
+        let pool = Pool::builder()
+            .min_threads(1)
+            .max_threads(1)
+            .growth(Growth::Fixed)
+            .without_monitor_thread()
+            .build()
+            .unwrap();
         let reports = Arc::new(AtomicUsize::new(0));
         let texts = Arc::new(Mutex::new(Vec::new()));
         let (r, t) = (reports.clone(), texts.clone());
@@ -820,7 +858,13 @@ mod tests {
     /// Nothing queued and a thread idle: no stall, whatever the clock says.
     #[test]
     fn a_pool_with_an_idle_thread_is_not_stalled() {
-        let pool = Pool::builder().min_threads(2).max_threads(2).growth(Growth::Fixed).build().unwrap();
+        let pool = Pool::builder()
+            .min_threads(2)
+            .max_threads(2)
+            .growth(Growth::Fixed)
+            .without_monitor_thread()
+            .build()
+            .unwrap();
         let reports = Arc::new(AtomicUsize::new(0));
         let r = reports.clone();
         pool.registry().diag.set_stall_handler(

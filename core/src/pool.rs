@@ -121,7 +121,7 @@ impl Pool {
         // reason, rather than running short from its first task on. The
         // threads already started are stopped when `pool` drops.
         for started in 0..min {
-            if let Err(e) = registry.try_spawn_worker(false) {
+            if let Err(e) = registry.try_spawn_worker(crate::dump::ORIGIN_STARTED) {
                 let why = e.map_or_else(|| "no free worker slot".to_owned(), |e| e.to_string());
                 return Err(ConfigError::spawn(format!("started {started} of {min} worker threads: {why}")));
             }
@@ -418,16 +418,11 @@ impl Pool {
     /// counted in [`Stats::stalls`]. `None` removes the handler: the report
     /// then goes to standard error if the environment variable
     /// `WSPOOL_STALL_REPORT` was set (not `0`) when the pool was built, else
-    /// nowhere. The pool watches for stalls while a handler is set or the
-    /// variable is: starting a watch on a pool without a monitor thread
-    /// (a `Fixed` pool, say) starts one, which only watches.
+    /// nowhere. Every pool watches for stalls (its monitor thread does,
+    /// whatever the growth policy; on a pool that does not grow it only
+    /// watches), so episodes are counted whether or not anyone listens.
     pub fn set_stall_handler(&self, after: Duration, handler: Option<Box<dyn Fn(&crate::PoolDump) + Send + Sync>>) {
-        let registry = self.registry();
-        registry.diag.set_stall_handler(after, handler.map(std::sync::Arc::from));
-        if registry.diag.stall_watched() {
-            // A thread that cannot start leaves the pool as it was: no reports.
-            let _ = Monitor::ensure_watching(registry);
-        }
+        self.registry().diag.set_stall_handler(after, handler.map(std::sync::Arc::from));
     }
 
     /// Stops the pool: no new work is accepted (`SubmitErrorKind::Shutdown`),

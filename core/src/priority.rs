@@ -147,6 +147,16 @@ struct Levels {
     high: VecDeque<JobRef>,
     /// With the times each stepped back (`LOW_DEFERS`).
     low: VecDeque<(JobRef, u8)>,
+    /// Jobs taken from each level so far: the snapshots' progress marks
+    /// (`dump.rs`: a queue whose count does not move while it holds work).
+    high_taken: u64,
+    low_taken: u64,
+}
+
+/// One level's state for a snapshot.
+pub(crate) struct LevelProbe {
+    pub(crate) len: usize,
+    pub(crate) taken: u64,
 }
 
 /// What a token found.
@@ -168,8 +178,21 @@ impl PrioQueues {
     pub(crate) fn pop_high(&self) -> Option<JobRef> {
         let mut q = lock(&self.queues);
         let job = q.high.pop_front();
+        q.high_taken += u64::from(job.is_some());
         self.high_len.store(q.high.len(), Relaxed);
         job
+    }
+
+    /// (high, low) for a snapshot; `None` while priorities were never used.
+    pub(crate) fn probe(&self) -> Option<(LevelProbe, LevelProbe)> {
+        let q = lock(&self.queues);
+        if q.high_taken + q.low_taken == 0 && q.high.is_empty() && q.low.is_empty() {
+            return None;
+        }
+        Some((
+            LevelProbe { len: q.high.len(), taken: q.high_taken },
+            LevelProbe { len: q.low.len(), taken: q.low_taken },
+        ))
     }
 
     fn push(&self, job: JobRef, priority: Priority) {
@@ -188,6 +211,7 @@ impl PrioQueues {
     fn next(&self, normal_waiting: bool) -> Next {
         let mut q = lock(&self.queues);
         if let Some(job) = q.high.pop_front() {
+            q.high_taken += 1;
             self.high_len.store(q.high.len(), Relaxed);
             return Next::Run(job);
         }
@@ -197,14 +221,24 @@ impl PrioQueues {
                 *defers += 1;
                 Next::Defer
             }
-            Some(_) => Next::Run(q.low.pop_front().expect("checked above").0),
+            Some(_) => {
+                q.low_taken += 1;
+                Next::Run(q.low.pop_front().expect("checked above").0)
+            }
         }
     }
 
     /// The token's pick when it is cancelled: any job, most urgent first.
     fn any(&self) -> Option<JobRef> {
         let mut q = lock(&self.queues);
-        let job = q.high.pop_front().or_else(|| q.low.pop_front().map(|(job, _)| job));
+        let job = if let Some(job) = q.high.pop_front() {
+            q.high_taken += 1;
+            Some(job)
+        } else {
+            let job = q.low.pop_front().map(|(job, _)| job);
+            q.low_taken += u64::from(job.is_some());
+            job
+        };
         self.high_len.store(q.high.len(), Relaxed);
         job
     }

@@ -86,6 +86,7 @@ fn a_snapshot_shows_each_thread_state() {
                 )
                 && matches!(state_of(&d, group_waiter), Some(ThreadState::Waiting { on: WaitTarget::Group, .. }))
                 && state_of(&d, idle) == Some(ThreadState::Parked)
+                && d.threads.iter().any(|t| t.index == task_waiter && t.parked_in_wait)
         });
         let first = pool.dump();
         std::thread::sleep(Duration::from_millis(5));
@@ -103,6 +104,7 @@ fn a_snapshot_shows_each_thread_state() {
         assert!(text.contains("in a declared blocking region"), "{text}");
         assert!(text.contains(&format!("(run by #{running})")), "{text}");
         assert!(text.contains("idle, parked"), "{text}");
+        assert!(text.contains("parked: counted for lending"), "{text}");
         gate.open();
         group.wait().unwrap();
     });
@@ -241,5 +243,75 @@ fn a_snapshot_lists_lanes() {
         drop(lane);
         eventually(LIMIT, "the lane drained", || pool.stats().completed == 3);
         assert!(pool.dump().queues.iter().all(|q| !q.name.starts_with("lane ")));
+    });
+}
+
+/// A thread the compensation started to run work queued behind a task
+/// blocked in a declared region is marked lent; the pool's first thread is
+/// not.
+#[test]
+fn a_thread_lent_for_a_blocking_region_is_marked_lent() {
+    watchdog(LIMIT, "lent thread in a snapshot", || {
+        let pool = Pool::builder().min_threads(1).max_threads(4).growth(Growth::Compensate).build().unwrap();
+        let gate = Arc::new(Gate::default());
+        let _open = OpenOnDrop(gate.clone());
+        let (g, b) = (gate.clone(), Arc::new(AtomicUsize::new(0)));
+        let blk = b.clone();
+        pool.spawn(move || {
+            record(&b);
+            wspool::blocking(|| g.wait());
+        })
+        .unwrap();
+        let blocking = recorded(&blk);
+        // Work queued behind the blocked thread: the pool lends one for it.
+        pool.spawn(|| {}).unwrap();
+        eventually(LIMIT, "a thread lent", || pool.dump().threads.iter().any(|t| t.lent));
+        let d = pool.dump();
+        let first = d.threads.iter().find(|t| t.index == blocking).unwrap();
+        assert!(!first.lent && first.state == ThreadState::Blocking, "{d}");
+        assert!(d.to_string().contains("lent for a blocked or waiting thread"), "{d}");
+        gate.open();
+    });
+}
+
+/// The priority levels appear once priorities were used, with their
+/// lengths and the age of their oldest task; a pool that never used them
+/// lists no such queue.
+#[test]
+fn a_snapshot_lists_the_priority_levels_once_used() {
+    watchdog(LIMIT, "priority levels in a snapshot", || {
+        let (pool, gate, _open) = common::held_single_worker(Pool::builder().growth(Growth::Fixed));
+        pool.spawn(|| {}).unwrap();
+        let d = pool.dump();
+        assert!(d.queues.iter().all(|q| !q.name.starts_with("priority")), "{d}");
+        let at = |priority| wspool::SpawnOptions { priority, ..Default::default() };
+        for _ in 0..2 {
+            pool.spawn_with(at(wspool::Priority::High), || {}).unwrap();
+        }
+        pool.spawn_with(at(wspool::Priority::Low), || {}).unwrap();
+        let first = pool.dump();
+        let level = |d: &PoolDump, name: &str| d.queues.iter().find(|q| q.name == name).cloned().unwrap();
+        assert_eq!((level(&first, "priority high").len, level(&first, "priority low").len), (2, 1), "{first}");
+        std::thread::sleep(Duration::from_millis(5));
+        let second = pool.dump();
+        assert!(level(&second, "priority high").oldest_at_least.is_some_and(|d| d > Duration::ZERO), "{second}");
+        assert!(second.to_string().contains("priority high: 2 queued, oldest waiting >="), "{second}");
+        gate.open();
+        eventually(LIMIT, "every task ran", || pool.stats().completed == 5);
+        let d = pool.dump();
+        assert_eq!((level(&d, "priority high").len, level(&d, "priority low").len), (0, 0), "{d}");
+    });
+}
+
+/// A pool that does not grow (here `Fixed`, with no stall handler set)
+/// still watches: a stall episode is counted in its stats.
+#[test]
+fn a_pool_that_does_not_grow_counts_its_stall_episodes() {
+    watchdog(LIMIT, "stall counted on a Fixed pool", || {
+        let (pool, gate, _open) = common::held_single_worker(Pool::builder().growth(Growth::Fixed));
+        pool.set_stall_handler(Duration::from_millis(20), None);
+        pool.spawn(|| {}).unwrap();
+        eventually(LIMIT, "a stall episode counted", || pool.stats().stalls >= 1);
+        gate.open();
     });
 }

@@ -6,6 +6,7 @@ every wait that must end has a bound (a hang becomes a failure)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -69,3 +70,53 @@ def test_a_group_call_waiting_on_its_own_group_gets_runtime_error() -> None:
 
         assert group.submit(waits_on_its_group).result(LIMIT) == "refused"
         assert group.wait(LIMIT)
+
+
+def test_a_thread_lent_to_a_nested_wait_is_marked_lent() -> None:
+    """The default pool lends a thread to a call blocked on its own pool's
+    work; the snapshot marks that thread ``lent``."""
+    with wspool.Pool(max_workers=1) as pool:
+        inner_started, release = threading.Event(), threading.Event()
+
+        def inner() -> str:
+            inner_started.set()
+            assert release.wait(LIMIT)
+            return "inner"
+
+        def outer() -> str:
+            return pool.submit(inner).result(LIMIT)
+
+        f = pool.submit(outer)
+        try:
+            assert inner_started.wait(LIMIT)
+            d = pool.dump()
+            assert any(t["lent"] for t in d.threads), str(d)
+            assert "lent for a blocked or waiting thread" in str(d), str(d)
+        finally:
+            release.set()
+        assert f.result(LIMIT) == "inner"
+
+
+def test_the_default_pool_counts_a_stall_episode_with_nobody_watching() -> None:
+    """The default pool (which does not grow for throughput) still watches
+    for stalls: with no report asked for and no snapshot taken, an episode
+    is counted once queued work stood still for the threshold (1 s)."""
+    with wspool.Pool(max_workers=1) as pool:
+        started, release = threading.Event(), threading.Event()
+
+        def held() -> None:
+            started.set()
+            assert release.wait(LIMIT)
+
+        first = pool.submit(held)
+        try:
+            assert started.wait(LIMIT)
+            queued = pool.submit(lambda: None)
+            deadline = time.monotonic() + LIMIT
+            while pool.stats().stalls == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert pool.stats().stalls == 1
+        finally:
+            release.set()
+        first.result(LIMIT)
+        queued.result(LIMIT)

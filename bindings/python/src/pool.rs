@@ -691,6 +691,8 @@ impl From<wspool::PoolDump> for PoolDump {
                     ("holder", holder),
                     ("for_at_least", secs(t.for_at_least)),
                     ("injected", Int(t.injected as u64)),
+                    ("lent", Int(t.lent as u64)),
+                    ("parked_in_wait", Int(t.parked_in_wait as u64)),
                     ("deque_len", Int(t.deque_len as u64)),
                     ("inbox_len", Int(t.inbox_len as u64)),
                     ("tasks_taken", Int(t.tasks_taken)),

@@ -41,17 +41,19 @@ use crate::sync::lock;
 use crate::worker::WorkerThread;
 
 impl Registry {
-    /// Starts one worker thread if below `max_threads`. `injected` marks a
-    /// thread added by the starvation monitor. Never panics: a failed
+    /// Starts one worker thread if below `max_threads`. `origin` says why
+    /// (`dump::ORIGIN_*`: snapshots show threads injected by the starvation
+    /// monitor and threads lent for blocked or waiting ones). Never panics: a failed
     /// `std::thread::spawn` is counted and the pool goes on as it was.
-    pub(crate) fn spawn_worker(self: &Arc<Self>, injected: bool) -> bool {
-        self.try_spawn_worker(injected).is_ok()
+    pub(crate) fn spawn_worker(self: &Arc<Self>, origin: u8) -> bool {
+        self.try_spawn_worker(origin).is_ok()
     }
 
     /// [`Registry::spawn_worker`] that says why no thread started:
     /// `Err(None)` at `max_threads` (or once the pool stopped), `Err(Some(e))`
     /// when the operating system refused the thread.
-    pub(crate) fn try_spawn_worker(self: &Arc<Self>, injected: bool) -> Result<(), Option<std::io::Error>> {
+    pub(crate) fn try_spawn_worker(self: &Arc<Self>, origin: u8) -> Result<(), Option<std::io::Error>> {
+        let injected = origin == crate::dump::ORIGIN_INJECTED;
         if self.state() == CANCELLING {
             return Err(None);
         }
@@ -87,7 +89,6 @@ impl Registry {
                 // Before any task: the monitor reads this clock only then.
                 let counters = &registry.slots[index].counters;
                 counters.tid.store(sample::current_tid(), Relaxed);
-                let origin = if injected { crate::dump::ORIGIN_INJECTED } else { crate::dump::ORIGIN_STARTED };
                 counters.origin.store(origin, Relaxed);
                 counters.cpu_clock.store(sample::current_cpu_clock(), Relaxed);
                 WorkerThread::run(registry, index, queues, injected);
@@ -226,13 +227,16 @@ impl Registry {
 
     /// The calling pool thread parks inside a wait with nothing it may run
     /// (see `wait.rs`): counted as waiting until the guard drops.
+    /// Its worker's `activity` says `PARKED` meanwhile (snapshots: "parked:
+    /// counted for lending").
     pub(crate) fn enter_waiting(self: &Arc<Self>) -> WaitingGuard<'_> {
+        let mark = self.current_worker().map(|w| (w.index, w.counters().activity.swap(crate::dump::PARKED, Relaxed)));
         self.compensation.enter_wait(
             || self.has_visible_work(),
             || self.sleep.notify_one(),
             || self.compensate_blocked(),
         );
-        WaitingGuard { registry: self }
+        WaitingGuard { registry: self, mark }
     }
 
     /// Lends threads so that at least `min_threads` stay runnable while
@@ -256,7 +260,7 @@ impl Registry {
         let short_for_blocked = self.config.min_threads.saturating_sub(threads.saturating_sub(blocked));
         let short_for_waiters = usize::from(stuck >= threads);
         for _ in 0..short_for_blocked.max(short_for_waiters).min(2) {
-            if !self.spawn_worker(false) {
+            if !self.spawn_worker(crate::dump::ORIGIN_LENT) {
                 break;
             }
         }
@@ -266,11 +270,16 @@ impl Registry {
 /// Ends a waiting period when dropped.
 pub(crate) struct WaitingGuard<'a> {
     registry: &'a Registry,
+    /// The worker's slot and its `activity` before the wait parked.
+    mark: Option<(usize, u8)>,
 }
 
 impl Drop for WaitingGuard<'_> {
     fn drop(&mut self) {
         self.registry.compensation.leave_wait();
+        if let Some((index, outer)) = self.mark {
+            self.registry.slots[index].counters.activity.store(outer, Relaxed);
+        }
     }
 }
 

@@ -98,28 +98,18 @@ impl Monitor {
     pub(crate) fn start(registry: &Arc<Registry>) -> std::io::Result<()> {
         let config = &registry.config;
         let grows = config.growth == Growth::Adaptive && config.max_threads > config.min_threads;
-        if !grows && !registry.diag.stall_watched() {
+        // Every pool has one: a pool that does not grow still counts its
+        // stall episodes and times what its snapshots report (durations
+        // are observed, see `dump.rs`). Idle, it waits until kicked.
+        if !config.monitor_thread {
             return Ok(());
         }
         Self::spawn(registry, grows)
     }
 
-    /// Starts a monitor thread that only watches for stalls if the pool has
-    /// none (`Pool::set_stall_handler` on a pool that does not grow).
-    pub(crate) fn ensure_watching(registry: &Arc<Registry>) -> std::io::Result<()> {
-        if lock(&registry.monitor.handle).is_some() || lock(&registry.monitor.state).stopped {
-            return Ok(());
-        }
-        Self::spawn(registry, false)
-    }
-
     fn spawn(registry: &Arc<Registry>, grows: bool) -> std::io::Result<()> {
         let config = &registry.config;
-        // Under the handle's lock: two racing `ensure_watching` start one thread.
         let mut slot = lock(&registry.monitor.handle);
-        if slot.is_some() {
-            return Ok(());
-        }
         let params = Params {
             interval: config.monitor_interval,
             min: config.min_threads,
@@ -289,7 +279,7 @@ impl Watched for Arc<Registry> {
     }
     #[inline]
     fn inject_worker(&self) -> bool {
-        self.spawn_worker(true)
+        self.spawn_worker(crate::dump::ORIGIN_INJECTED)
     }
     #[inline]
     fn request_retirements(&self, n: usize) {

@@ -136,7 +136,7 @@ impl Registry {
             Growth::QueueFirst => excess > self.config.queue_capacity,
             Growth::Adaptive | Growth::Fixed | Growth::Compensate => false,
         };
-        want && self.spawn_worker(false)
+        want && self.spawn_worker(crate::dump::ORIGIN_STARTED)
     }
 
     /// Evicts the oldest *user task* in the global queue to make room; its
