@@ -17,7 +17,7 @@
  * past the target while the queue is overloaded; while overloaded, requests
  * that would not are still admitted (counted in http_admitted_overloaded).
  *
- * Per-request control (issue 29; --plain turns it off, today's behaviour):
+ * Per-request control (--plain turns it off):
  *   /ping   at WSPOOL_PRIORITY_HIGH: it goes before queued /work and is never
  *           shed by the overload test (it costs next to nothing)
  *   /work   with a deadline: --work-deadline-ms N, or ?deadline_ms=N on the
@@ -288,7 +288,7 @@ static void http_on_signal(void *ctx, int s)
     }
 }
 
-/* Per-request control (issue 29): the submission options of `j`. */
+/* Per-request control: the submission options of `j`. */
 static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sleep_lane,
                               wspool_submit_opts *so)
 {

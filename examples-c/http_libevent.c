@@ -26,7 +26,7 @@ static wspool_cq *cq;
 static struct event_base *base;
 static struct evhttp *http;
 static http_opts O;
-static wspool_serial *sleep_lane; /* /sleep's lane (issue 29) */
+static wspool_serial *sleep_lane; /* /sleep's lane */
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *body, size_t len)
 {

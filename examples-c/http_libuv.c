@@ -49,7 +49,7 @@ static uv_tcp_t listener;
 static uv_poll_t cq_poll;
 static uv_signal_t sig_int, sig_term, sig_usr1;
 static bool dump_signal; /* SIGUSR1 prints the pool's snapshot (opt-in) */
-static wspool_serial *sleep_lane; /* /sleep's lane (issue 29) */
+static wspool_serial *sleep_lane; /* /sleep's lane */
 
 static void conn_unref(conn *c)
 {

@@ -116,7 +116,7 @@
 #define WSPOOL_EEXPIRED -11
 
 /**
- * An untimed wait that could never succeed, refused instead of hanging (issue 26): a task waiting
+ * An untimed wait that could never succeed, refused instead of hanging: a task waiting
  * on its own handle, a group's task waiting on that group, a serial queue's task waiting on a
  * task queued behind it on the same queue. The awaited work is untouched.
  */
@@ -469,7 +469,7 @@ typedef struct wspool_submit_opts {
    */
   struct wspool_serial *serial;
   /**
-   * Added with deadlines (issue 29). 0: none. Otherwise an absolute time on the monotonic clock
+   * Added with deadlines. 0: none. Otherwise an absolute time on the monotonic clock
    * (`CLOCK_MONOTONIC` on Linux), in ns, as `wspool_now_ns()` returns it: a task not started by
    * then never runs. It ends *expired*: its `on_cancel` is called exactly once (inside it,
    * `wspool_cancel_reason()` returns `WSPOOL_TASK_EXPIRED`), its handle's state is
@@ -480,7 +480,7 @@ typedef struct wspool_submit_opts {
    */
   uint64_t deadline_ns;
   /**
-   * Added with priorities (issue 29): `WSPOOL_PRIORITY_NORMAL` (0, the default),
+   * Added with priorities: `WSPOOL_PRIORITY_NORMAL` (0, the default),
    * `WSPOOL_PRIORITY_HIGH` (before every queued task, at most `WSPOOL_PRIORITY_HIGH_BURST` in a
    * row per worker) or `WSPOOL_PRIORITY_LOW` (behind queued normal work, stepping back at most
    * `WSPOOL_PRIORITY_LOW_DEFERS` times); anything else is `WSPOOL_EINVAL`. It applies to
@@ -489,7 +489,7 @@ typedef struct wspool_submit_opts {
    */
   int priority;
   /**
-   * Added with task labels (issue 26). NULL: none. Otherwise a NUL-terminated name for what the
+   * Added with task labels. NULL: none. Otherwise a NUL-terminated name for what the
    * task "is", shown by `wspool_dump` on the thread running, blocking or waiting inside it. It
    * is copied at submission (the string need not outlive the call; invalid UTF-8 is replaced,
    * not refused) into a process-wide table of names that is never freed and holds at most
@@ -629,12 +629,12 @@ typedef struct wspool_stats {
    */
   uint64_t spawn_failures;
   /**
-   * Added with deadlines (issue 29): accepted tasks not started by their deadline, dropped
+   * Added with deadlines: accepted tasks not started by their deadline, dropped
    * unrun (counted neither in `cancelled` nor in `completed`).
    */
   uint64_t expired;
   /**
-   * Added with diagnosis (issue 26): stall episodes, in which queued work stood still for the
+   * Added with diagnosis: stall episodes, in which queued work stood still for the
    * stall threshold while every thread was occupied (`wspool_set_stall_handler`).
    */
   uint64_t stalls;

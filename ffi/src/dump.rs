@@ -1,4 +1,4 @@
-//! Diagnosis (issue 26): `wspool_dump`, the stall report's callback.
+//! Diagnosis: `wspool_dump`, the stall report's callback.
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::ptr;

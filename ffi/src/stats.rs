@@ -61,10 +61,10 @@ pub struct wspool_stats {
     pub queue_delay_max_ns: u64,
     /// Added in 0.1 after the first layout: times the OS refused to start a thread.
     pub spawn_failures: u64,
-    /// Added with deadlines (issue 29): accepted tasks not started by their deadline, dropped
+    /// Added with deadlines: accepted tasks not started by their deadline, dropped
     /// unrun (counted neither in `cancelled` nor in `completed`).
     pub expired: u64,
-    /// Added with diagnosis (issue 26): stall episodes, in which queued work stood still for the
+    /// Added with diagnosis: stall episodes, in which queued work stood still for the
     /// stall threshold while every thread was occupied (`wspool_set_stall_handler`).
     pub stalls: u64,
 }

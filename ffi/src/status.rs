@@ -61,7 +61,7 @@ pub const WSPOOL_EINTERNAL: c_int = -10;
 /// and its `on_cancel` has returned (from `wspool_task_wait`), or it can no longer be cancelled
 /// (from `wspool_task_cancel`).
 pub const WSPOOL_EEXPIRED: c_int = -11;
-/// An untimed wait that could never succeed, refused instead of hanging (issue 26): a task waiting
+/// An untimed wait that could never succeed, refused instead of hanging: a task waiting
 /// on its own handle, a group's task waiting on that group, a serial queue's task waiting on a
 /// task queued behind it on the same queue. The awaited work is untouched.
 pub const WSPOOL_EDEADLK: c_int = -12;

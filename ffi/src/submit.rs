@@ -42,7 +42,7 @@ pub struct wspool_submit_opts {
     /// It may be combined with `group`. `WSPOOL_SUBMIT_GLOBAL` changes nothing for it: serial
     /// tasks always take their turn through the global queue.
     pub serial: *mut wspool_serial,
-    /// Added with deadlines (issue 29). 0: none. Otherwise an absolute time on the monotonic clock
+    /// Added with deadlines. 0: none. Otherwise an absolute time on the monotonic clock
     /// (`CLOCK_MONOTONIC` on Linux), in ns, as `wspool_now_ns()` returns it: a task not started by
     /// then never runs. It ends *expired*: its `on_cancel` is called exactly once (inside it,
     /// `wspool_cancel_reason()` returns `WSPOOL_TASK_EXPIRED`), its handle's state is
@@ -51,14 +51,14 @@ pub struct wspool_submit_opts {
     /// where the task would start (a worker pays the pop that finds it), and by a waiter on its
     /// handle, which expires it at the deadline. A deadline already past is accepted and expires.
     pub deadline_ns: u64,
-    /// Added with priorities (issue 29): `WSPOOL_PRIORITY_NORMAL` (0, the default),
+    /// Added with priorities: `WSPOOL_PRIORITY_NORMAL` (0, the default),
     /// `WSPOOL_PRIORITY_HIGH` (before every queued task, at most `WSPOOL_PRIORITY_HIGH_BURST` in a
     /// row per worker) or `WSPOOL_PRIORITY_LOW` (behind queued normal work, stepping back at most
     /// `WSPOOL_PRIORITY_LOW_DEFERS` times); anything else is `WSPOOL_EINVAL`. It applies to
     /// submissions from threads that are not the pool's (a pool thread's task keeps its deque's
     /// order); a task on a lane takes the lane's priority (`wspool_lane_create`).
     pub priority: c_int,
-    /// Added with task labels (issue 26). NULL: none. Otherwise a NUL-terminated name for what the
+    /// Added with task labels. NULL: none. Otherwise a NUL-terminated name for what the
     /// task "is", shown by `wspool_dump` on the thread running, blocking or waiting inside it. It
     /// is copied at submission (the string need not outlive the call; invalid UTF-8 is replaced,
     /// not refused) into a process-wide table of names that is never freed and holds at most
