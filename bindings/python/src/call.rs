@@ -38,6 +38,8 @@ struct Call {
     func: Py<PyAny>,
     args: Py<PyTuple>,
     kwargs: Option<Py<PyDict>>,
+    /// What `pool.dump()` shows on the thread running it (`label.rs`).
+    label: Option<wspool::Label>,
 }
 
 impl Call {
@@ -139,7 +141,17 @@ fn base_future_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 struct Job(Option<Call>);
 
 impl Job {
-    fn run(mut self) {
+    fn run(self) {
+        // The label is published here, around the call, rather than by the
+        // core's labelled submission, which would wrap this job in another
+        // closure (and box it).
+        match self.0.as_ref().and_then(|c| c.label) {
+            Some(label) => wspool::with_label(label, || self.run_unlabelled()),
+            None => self.run_unlabelled(),
+        }
+    }
+
+    fn run_unlabelled(mut self) {
         if let Some(call) = self.0.take() {
             if call.shared.is_worker_here() {
                 handoff_debounce(call.submitted, call.epoch, call.cpu);
@@ -185,6 +197,11 @@ pub(crate) fn submit_call<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     shared.check_open(py)?;
     let future = shared.future_cls.bind(py).call0()?;
+    // `Pool.options(label=...)`, else the callable's name.
+    let label = match &target {
+        Target::With(_, opts) if opts.label.is_some() => opts.label,
+        _ => crate::label::label_of(py, func),
+    };
     let job = Job(Some(Call {
         shared: shared.clone(),
         submitted: Instant::now(),
@@ -194,13 +211,17 @@ pub(crate) fn submit_call<'py>(
         func: func.clone().unbind(),
         args: args.clone().unbind(),
         kwargs: kwargs.map(|k| k.clone().unbind()),
+        label,
     }));
     let task = move || job.run();
     let submit = move || match target {
         Target::Pool(p) => p.submit(task).map_err(|e| e.kind()),
         Target::Group(g) => g.submit(task).map_err(|e| e.kind()),
         Target::Serial(s) => s.submit(task).map_err(|e| e.kind()),
-        Target::With(p, opts) => p.submit_with(opts, task).map_err(|e| e.kind()),
+        // The call publishes its label itself (`Job::run`).
+        Target::With(p, opts) => {
+            p.submit_with(wspool::SpawnOptions { label: None, ..opts }, task).map_err(|e| e.kind())
+        }
     };
     // A refused task comes back inside the error and is dropped here: its
     // future, never handed out, is cancelled on the way.
@@ -226,6 +247,7 @@ pub(crate) fn submit_batch_calls<'py>(
     shared.check_open(py)?;
     let epoch = WAIT_EPOCH.load(Ordering::SeqCst);
     let cpu = current_cpu();
+    let label = crate::label::label_of(py, func);
     let mut futures = Vec::new();
     let mut jobs = Vec::new();
     for args in arg_tuples.try_iter()? {
@@ -240,6 +262,7 @@ pub(crate) fn submit_batch_calls<'py>(
             func: func.clone().unbind(),
             args: args.unbind(),
             kwargs: None,
+            label,
         })));
         futures.push(future);
     }

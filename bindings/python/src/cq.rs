@@ -123,7 +123,7 @@ impl Completions {
     /// should yield to the loop once before it goes on. The keywords are
     /// `Pool.options`' (a call not started by its deadline resolves
     /// `future` with `wspool.DeadlineExceeded`).
-    #[pyo3(signature = (future, fn_, args, *, deadline=None, timeout=None, priority="normal", group=None, lane=None))]
+    #[pyo3(signature = (future, fn_, args, *, deadline=None, timeout=None, priority="normal", group=None, lane=None, label=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
@@ -136,9 +136,15 @@ impl Completions {
         priority: &str,
         group: Option<PyRef<'_, Group>>,
         lane: Option<PyRef<'_, Serial>>,
+        label: Option<&str>,
     ) -> PyResult<bool> {
         let shared = self.owner.shared.clone();
         check_gen(shared.gen_)?;
+        // Published by the work itself, below (`label.rs`).
+        let label = match label {
+            Some(name) => Some(crate::label::explicit(name)),
+            None => crate::label::label_of(py, fn_.bind(py)),
+        };
         let opts = SpawnOptions {
             group: group.as_deref().map(|g| &*g.group),
             serial: lane.as_deref().map(|l| &*l.serial),
@@ -158,9 +164,15 @@ impl Completions {
         let submit = move || {
             self.cq
                 .submit_with(opts, item, move |it| {
-                    shared.run_python(|py| {
-                        it.result = Some(it.func.bind(py).call1(it.args.bind(py)).map(Bound::unbind));
-                    });
+                    let mut call = || {
+                        shared.run_python(|py| {
+                            it.result = Some(it.func.bind(py).call1(it.args.bind(py)).map(Bound::unbind));
+                        })
+                    };
+                    match label {
+                        Some(label) => wspool::with_label(label, call),
+                        None => call(),
+                    };
                     it.took = it.learn.map(|t| t.elapsed());
                     finished.fetch_add(1, Release);
                 })

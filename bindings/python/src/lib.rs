@@ -23,6 +23,7 @@
 mod call;
 mod cq;
 mod fork;
+mod label;
 mod map;
 mod permit;
 mod pool;

@@ -277,8 +277,9 @@ impl Core {
     /// `Pool.options(...).submit`: queues `fn(*args, **kwargs)` with a
     /// deadline (`deadline`: absolute, on `time.monotonic()`'s clock;
     /// `timeout`: seconds from now; the earlier wins), a priority, and
-    /// optionally in `group` and/or on `lane`; returns its Future.
-    #[pyo3(signature = (fn_, args, kwargs, *, deadline=None, timeout=None, priority="normal", group=None, lane=None))]
+    /// optionally in `group` and/or on `lane`, labelled `label` (default:
+    /// `fn_`'s `__qualname__`); returns its Future.
+    #[pyo3(signature = (fn_, args, kwargs, *, deadline=None, timeout=None, priority="normal", group=None, lane=None, label=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit_opts<'py>(
         &self,
@@ -291,6 +292,7 @@ impl Core {
         priority: &str,
         group: Option<PyRef<'py, Group>>,
         lane: Option<PyRef<'py, Serial>>,
+        label: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let owner = self.live()?;
         let priority = parse_priority(priority)?;
@@ -300,6 +302,7 @@ impl Core {
             serial: lane.as_deref().map(|l| &*l.serial),
             deadline,
             priority,
+            label: label.map(crate::label::explicit),
             ..wspool::SpawnOptions::default()
         };
         submit_call(py, &owner.shared, Target::With(&owner.pool, opts), fn_, args, kwargs)
@@ -696,6 +699,7 @@ impl From<wspool::PoolDump> for PoolDump {
                     ("deque_len", Int(t.deque_len as u64)),
                     ("inbox_len", Int(t.inbox_len as u64)),
                     ("tasks_taken", Int(t.tasks_taken)),
+                    ("label", t.label.map_or(DumpValue::None(None), |l| Text(l.into()))),
                 ])
             })
             .collect();

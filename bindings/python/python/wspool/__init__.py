@@ -290,6 +290,10 @@ class Submitter(_base.Executor):
     - ``group``: the call counts toward this ``pool.group()``.
     - ``lane``: the call runs on this ``pool.lane()``/``pool.serial()``
       (it then takes the lane's priority: giving both is a ``ValueError``).
+    - ``label``: what ``pool.dump()`` shows on the thread running the call
+      (default: the callable's ``__qualname__``, as for every submission).
+      Labels are meant as a small set of names, like metric labels: the
+      process keeps each distinct one for its lifetime (at most 65,536).
     """
 
     def __init__(
@@ -301,6 +305,7 @@ class Submitter(_base.Executor):
         priority: str = "normal",
         group: Group | None = None,
         lane: Lane | None = None,
+        label: str | None = None,
     ) -> None:
         self._pool = pool
         self._core = pool._core
@@ -315,6 +320,9 @@ class Submitter(_base.Executor):
             raise ValueError("a lane's calls take the lane's priority: give it to pool.lane(n, priority=...)")
         self.group = group
         self.lane = lane
+        if label is not None and not isinstance(label, str):
+            raise TypeError(f"label must be a str, not {type(label).__name__}")
+        self.label = label
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedules ``fn(*args, **kwargs)`` with this object's options; returns its ``wspool.Future``.
@@ -335,6 +343,7 @@ class Submitter(_base.Executor):
             "priority": self.priority,
             "group": self.group,
             "lane": self.lane,
+            "label": self.label,
         }
 
     def __repr__(self) -> str:
@@ -635,13 +644,17 @@ class Pool(ThreadPoolExecutor):
         priority: str = "normal",
         group: Group | None = None,
         lane: Lane | None = None,
+        label: str | None = None,
     ) -> Submitter:
         """An executor that submits to this pool with per-call options: a
         ``deadline`` (``time.monotonic()`` clock) or ``timeout`` (seconds
-        from each submit), a ``priority``, a ``group``, a ``lane``; see
-        ``Submitter``. ``pool.options(priority="high").submit(fn, *args)``.
+        from each submit), a ``priority``, a ``group``, a ``lane``, a
+        ``label`` for ``pool.dump()``; see ``Submitter``.
+        ``pool.options(priority="high").submit(fn, *args)``.
         """
-        return Submitter(self, deadline=deadline, timeout=timeout, priority=priority, group=group, lane=lane)
+        return Submitter(
+            self, deadline=deadline, timeout=timeout, priority=priority, group=group, lane=lane, label=label
+        )
 
     def is_pool_thread(self) -> bool:
         """True when called on one of this pool's worker threads."""
