@@ -82,7 +82,7 @@ def test_options_label_overrides_the_default() -> None:
         assert labels == ["on a lane"], report
 
 
-def test_groups_lanes_batches_and_run_are_labelled() -> None:
+def test_groups_lanes_batches_map_and_run_are_labelled() -> None:
     with wspool.Pool(growth="fixed", min_threads=1, max_threads=1) as pool:
         group = pool.group()
         *labels, report = labels_while_held(pool, lambda r, s: group.submit(parse_request, r, s))
@@ -92,6 +92,16 @@ def test_groups_lanes_batches_and_run_are_labelled() -> None:
         assert labels == ["parse_request"], report
         *labels, report = labels_while_held(pool, lambda r, s: pool.submit_batch(parse_request, [(r, s)])[0])
         assert labels == ["parse_request"], report
+
+        # map: its calls carry the function's name too.
+        release, started = threading.Event(), threading.Event()
+        results = pool.map(parse_request, [release], [started])
+        try:
+            assert started.wait(LIMIT)
+            assert [t["label"] for t in pool.dump().threads if t["state"] == "running"] == ["parse_request"]
+        finally:
+            release.set()
+        assert list(results) == [None]
 
         async def main(release: threading.Event, started: threading.Event) -> None:
             call = asyncio.ensure_future(pool.options(label="awaited").run(parse_request, release, started))

@@ -45,6 +45,8 @@ struct MapState {
     /// the last reference anywhere never joins the pool in place).
     owner: Arc<Owner>,
     func: Py<PyAny>,
+    /// What `pool.dump()` shows on a thread running the map (`label.rs`).
+    label: Option<wspool::Label>,
     chunks: Vec<Mutex<Chunk>>,
     done: Vec<AtomicBool>,
     /// Next chunk to claim; chunks are claimed in order.
@@ -175,6 +177,15 @@ impl Ticket {
         if !st.claimable() {
             return;
         }
+        match st.label {
+            Some(label) => wspool::with_label(label, || self.run_chunks()),
+            None => self.run_chunks(),
+        }
+    }
+
+    /// Runs chunks while it holds the GIL (see `Ticket`).
+    fn run_chunks(&self) {
+        let st = &self.state;
         st.shared().run_python(|py| {
             let start = Instant::now();
             let mut alone = false;
@@ -359,9 +370,11 @@ pub(crate) fn start_map(
         chunks.push(Mutex::new(Chunk::Pending(cur)));
     }
     let n = chunks.len();
+    let label = crate::label::label_of(py, fn_.bind(py));
     let state = Arc::new(MapState {
         owner: owner.clone(),
         func: fn_,
+        label,
         done: (0..n).map(|_| AtomicBool::new(false)).collect(),
         chunks,
         next: AtomicUsize::new(0),
