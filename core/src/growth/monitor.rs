@@ -61,6 +61,9 @@ use crate::sync::lock;
 const WINDOW_DONE: u64 = 24;
 /// Longest throughput window, in intervals.
 const WINDOW_MAX: u32 = 40;
+/// The tick of a monitor that only watches (a pool that does not grow):
+/// the resolution of its snapshots' durations and stall reports.
+const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// No completion for this many intervals (with work queued) is a stall.
 const STALL: u32 = 20;
 /// Wait after a failed probe, in intervals: the first, and the longest.
@@ -111,7 +114,10 @@ impl Monitor {
         let config = &registry.config;
         let mut slot = lock(&registry.monitor.handle);
         let params = Params {
-            interval: config.monitor_interval,
+            // A monitor that only watches looks at most every
+            // WATCH_INTERVAL: stalls are judged over a second by default,
+            // and each look while work is queued costs a snapshot.
+            interval: if grows { config.monitor_interval } else { config.monitor_interval.max(WATCH_INTERVAL) },
             min: config.min_threads,
             max: config.max_threads,
             cores: config.cpu_parallelism as f64,
