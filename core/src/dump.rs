@@ -3,21 +3,24 @@
 //!
 //! Nothing here costs a task anything. A snapshot reads what the workers
 //! already publish for the scheduler and the monitor (`WorkerCounters`:
-//! `in_task`, the pop and completion counters, `stalled`) plus three
-//! fields written only on slow paths: `activity` (before and after a spin
-//! or a park), `wait_note`/`wait_id` (by a wait that did not succeed at
-//! once) and `origin` (once per thread). "Since when" is not a timestamp
-//! per task: an observer (`Diagnostics::observe`, run by every snapshot
-//! and by the monitor thread at each of its ticks) remembers, per worker,
+//! `in_task`, the pop and completion counters, `stalled`) plus fields
+//! written only on slow paths or by tasks that ask: `activity` (before and
+//! after a spin, an idle park or a wait's park), `wait_note`/`wait_id` (by
+//! a wait that did not succeed at once), `origin` (once per thread) and
+//! `label` (around labelled tasks only). "Since when" is not a timestamp
+//! per task: every snapshot (`Registry::dump_at`, which the monitor thread
+//! also takes at each tick while work is queued) remembers, per worker,
 //! the first time it saw the worker's task sequence (tasks taken plus
 //! tasks completed) and state unchanged, and per queue the first time it
 //! saw its head not move while it was not empty. A duration in a snapshot
 //! is therefore a lower bound ("for at least"), exact to one observation
-//! interval (the monitor's, `Builder::monitor_interval`, while it runs).
+//! interval (the monitor's: `Builder::monitor_interval` on a pool that
+//! grows, at least 50 ms on one that only watches). Every pool has one.
 //!
 //! A snapshot is a sample, not a transaction: the workers keep running
 //! while it is taken (no lock they take per task is held; the lanes' own
-//! locks are taken one at a time, briefly, to read their lengths), so two
+//! locks and the priority levels' lock, which only prioritized tasks take,
+//! are taken one at a time, briefly, to read their lengths), so two
 //! fields of one snapshot may come from slightly different instants, and
 //! a task may have finished by the time the snapshot is read.
 
