@@ -30,7 +30,8 @@ def test_dump_names_a_running_call_and_the_queue() -> None:
             d = pool.dump()
             assert isinstance(d, wspool.PoolDump)
             report = str(d)
-            assert "running a task" in report, report
+            # The call is labelled with its function's __qualname__.
+            assert 'running "test_dump_names_a_running_call_and_the_queue.<locals>.held"' in report, report
             assert d.queued >= 2, report
             assert any(t["state"] == "running" for t in d.threads), d.threads
             assert d.queues[0]["name"] == "global"
