@@ -760,18 +760,24 @@ mod tests {
 
     use crate::{Growth, Pool};
 
+    /// A `Fixed` pool of `threads` without its monitor thread: the test is
+    /// the only caller of `watch_stall`, on its own clock.
+    fn unwatched_fixed_pool(threads: usize) -> Pool {
+        Pool::builder()
+            .min_threads(threads)
+            .max_threads(threads)
+            .growth(Growth::Fixed)
+            .without_monitor_thread()
+            .build()
+            .unwrap()
+    }
+
     /// A 1-thread `Fixed` pool without its monitor thread (the test is the
     /// only caller of `watch_stall`, on its own clock) whose stall reports are
     /// counted, with `queued` tasks behind one that waits for tokens. Each
     /// task takes a token when it starts.
     fn stalled_pool(queued: usize) -> (Pool, mpsc::Sender<()>, Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>) {
-        let pool = Pool::builder()
-            .min_threads(1)
-            .max_threads(1)
-            .growth(Growth::Fixed)
-            .without_monitor_thread()
-            .build()
-            .unwrap();
+        let pool = unwatched_fixed_pool(1);
         let reports = Arc::new(AtomicUsize::new(0));
         let texts = Arc::new(Mutex::new(Vec::new()));
         let (r, t) = (reports.clone(), texts.clone());
@@ -861,13 +867,7 @@ mod tests {
     /// Nothing queued and a thread idle: no stall, whatever the clock says.
     #[test]
     fn a_pool_with_an_idle_thread_is_not_stalled() {
-        let pool = Pool::builder()
-            .min_threads(2)
-            .max_threads(2)
-            .growth(Growth::Fixed)
-            .without_monitor_thread()
-            .build()
-            .unwrap();
+        let pool = unwatched_fixed_pool(2);
         let reports = Arc::new(AtomicUsize::new(0));
         let r = reports.clone();
         pool.registry().diag.set_stall_handler(
