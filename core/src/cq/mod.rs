@@ -41,6 +41,8 @@
 //! queue still allocates a block now and then; `tests/cq_alloc.rs`).
 
 mod codel;
+mod spawner;
+mod take_back;
 mod types;
 mod wake;
 
@@ -58,6 +60,8 @@ use crate::sync::lock;
 
 use codel::Codel;
 pub use codel::{DEFAULT_OVERLOAD_INTERVAL, DEFAULT_OVERLOAD_TARGET};
+use spawner::{Detached, Handled, Spawner};
+use take_back::{TAKE_BACK_ARMED, TAKE_BACK_NODE, take_back};
 pub use types::{CloseMode, CqEvent, CqOptions, CqRefusal, CqSignal, CqStatus, CqSubmitError};
 use wake::Wake;
 
@@ -229,72 +233,6 @@ impl<T> Inner<T> {
     }
 }
 
-thread_local! {
-    /// Armed by [`TakeBack`] for exactly one `Job::run`: the refused job
-    /// `submit` calls next on this thread. That run disarms it before
-    /// anything else, so no other job (a nested submission's, a
-    /// caller-runs one) ever sees it armed.
-    static TAKE_BACK_ARMED: Cell<bool> = const { Cell::new(false) };
-    /// The node that armed run parked: null, or a `Box<Node<T>>` leaked by
-    /// `Job::run` for the [`TakeBack`] guard that armed it (the `T` of its
-    /// queue). A heap pointer, never the address of a frame: an unwind can
-    /// leave no pointer into a dead frame behind.
-    static TAKE_BACK_NODE: Cell<*mut ()> = const { Cell::new(std::ptr::null_mut()) };
-}
-
-/// Takes a refused job's node back: arms [`TAKE_BACK_ARMED`] for the one
-/// call of the refused job, then owns whatever that call parked in
-/// [`TAKE_BACK_NODE`]. Its drop runs on a normal return and on an unwind
-/// alike (the refused job's closure may panic while it is dropped, after
-/// its node was parked): it restores both slots to what they held before
-/// (a submission made by that drop nests its own guard inside ours), frees
-/// a node nobody took, and gives back the submission's counts, so the
-/// queue neither leaks a node nor waits for a completion that never comes.
-struct TakeBack<'a, T> {
-    inner: &'a Inner<T>,
-    prev_armed: bool,
-    prev_node: *mut (),
-}
-
-impl<'a, T> TakeBack<'a, T> {
-    fn arm(inner: &'a Inner<T>) -> TakeBack<'a, T> {
-        let prev_armed = TAKE_BACK_ARMED.with(|a| a.replace(true));
-        let prev_node = TAKE_BACK_NODE.with(|n| n.replace(std::ptr::null_mut()));
-        TakeBack { inner, prev_armed, prev_node }
-    }
-
-    /// The node the refused job parked (`None` if it parked none).
-    fn take(&mut self) -> Option<Box<Node<T>>> {
-        let p = TAKE_BACK_NODE.with(|n| n.replace(std::ptr::null_mut()));
-        // SAFETY: non-null only as set by the `Job<T>::run` this guard
-        // armed (the slot was nulled by `arm`, and a nested guard restores
-        // it before its drop returns): a `Box<Node<T>>` leaked for us.
-        (!p.is_null()).then(|| unsafe { Box::from_raw(p.cast::<Node<T>>()) })
-    }
-}
-
-impl<T> Drop for TakeBack<'_, T> {
-    fn drop(&mut self) {
-        // An unwind out of the refused job: a node it parked is dropped
-        // with its payload (the caller gets nothing back from a panic).
-        drop(self.take());
-        TAKE_BACK_ARMED.with(|a| a.set(self.prev_armed));
-        TAKE_BACK_NODE.with(|n| n.set(self.prev_node));
-        self.inner.queued.fetch_sub(1, AcqRel);
-        self.inner.pending.fetch_sub(1, AcqRel);
-    }
-}
-
-/// Calls `refused` (a refused `Job<T>`'s closure) in take-back mode and
-/// returns the node it parked; its counts are given back. An unwind out of
-/// `refused` leaves the thread-locals as they were and the counts given
-/// back (the [`TakeBack`] guard).
-fn take_back<T>(inner: &Inner<T>, refused: impl FnOnce()) -> Box<Node<T>> {
-    let mut guard = TakeBack::arm(inner);
-    refused();
-    guard.take().expect("a refused job hands its node back")
-}
-
 /// The job handed to the pool. Dropped unrun, it completes as `Cancelled`.
 struct Job<T: Send + 'static> {
     inner: Arc<Inner<T>>,
@@ -441,6 +379,43 @@ impl<T: Send + 'static> CompletionQueue<T> {
     where
         F: FnOnce(&mut T) + Send + 'static,
     {
+        self.submit_through(Detached, opts, item, work)
+    }
+
+    /// `submit_with`, returning a handle to the submission: its
+    /// [`cancel`](crate::TaskHandle::cancel), before the work starts, skips
+    /// the work and completes the submission as [`CqStatus::Cancelled`] (on
+    /// the cancelling thread: the completion reaches the next `drain`, not
+    /// a pool thread); once it started, `cancel` returns false and the work
+    /// completes as usual. A server cancels the queued request of a client
+    /// that hung up this way. The handle costs one allocation per
+    /// submission, which `submit_with` does not; its `state` follows the
+    /// work (`Done` once it ran, before `drain` hands the payload back), and
+    /// dropping it changes nothing. Waiting on it from the loop thread may
+    /// run the work there (help-while-waiting), so a loop polls `state`
+    /// rather than waiting.
+    pub fn submit_cancellable<F>(
+        &self,
+        opts: crate::pool::SpawnOptions<'_>,
+        item: T,
+        work: F,
+    ) -> Result<crate::TaskHandle<()>, CqSubmitError<T>>
+    where
+        F: FnOnce(&mut T) + Send + 'static,
+    {
+        self.submit_through(Handled, opts, item, work)
+    }
+
+    fn submit_through<F, S: Spawner>(
+        &self,
+        spawner: S,
+        opts: crate::pool::SpawnOptions<'_>,
+        item: T,
+        work: F,
+    ) -> Result<S::Accepted, CqSubmitError<T>>
+    where
+        F: FnOnce(&mut T) + Send + 'static,
+    {
         let inner = &self.inner;
         if inner.closed.load(Relaxed) != OPEN {
             return Err(CqSubmitError { kind: CqRefusal::Closed, item });
@@ -460,15 +435,15 @@ impl<T: Send + 'static> CompletionQueue<T> {
         inner.on_submit(now, was_queued);
         let job = Job { inner: inner.clone(), node: Some(node) };
         let opts = crate::pool::SpawnOptions { global: self.global || opts.global, ..opts };
-        match self.pool.spawn_with(opts, move || job.run(work)) {
-            Ok(()) => {
+        match spawner.spawn(&self.pool, opts, move || job.run(work)) {
+            Ok(accepted) => {
                 if self.high_water != 0 && before + 1 >= self.high_water && !inner.above_high.swap(true, SeqCst) {
                     let wake = self.inner.signal(&mut lock(&inner.ready), CqSignal::HighWater);
                     if let Some(seen) = wake {
                         inner.wake_loop(Some(seen));
                     }
                 }
-                Ok(())
+                Ok(accepted)
             }
             Err(e) => {
                 let kind = match e.kind() {

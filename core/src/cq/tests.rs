@@ -758,3 +758,5 @@ fn a_refused_submission_unwinding_on_a_pool_thread_leaves_later_completions_inta
     rx.recv_timeout(Duration::from_secs(120))
         .expect("the completions or a close never came (a take-back pointer left dangling?)");
 }
+
+mod cancel;
