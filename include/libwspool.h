@@ -267,7 +267,8 @@
 #define WSPOOL_CQ_RAN 0
 
 /**
- * Completion status: the work never ran (pool shutdown CANCEL, DISCARD_OLDEST, or `wspool_cq_close` CANCEL).
+ * Completion status: the work never ran (pool shutdown CANCEL, DISCARD_OLDEST, `wspool_cq_close` CANCEL, or
+ * `wspool_task_cancel` on the handle of `wspool_cq_submit_task`).
  */
 #define WSPOOL_CQ_CANCELLED 1
 
@@ -1084,6 +1085,20 @@ int wspool_cq_submit(struct wspool_cq *cq, wspool_fn work, wspool_cq_done_fn don
  * `WSPOOL_EINVAL`.
  */
 int wspool_cq_submit_ex(struct wspool_cq *cq, wspool_fn work, wspool_cq_done_fn done, void *arg, const struct wspool_submit_opts *opts);
+
+/**
+ * `wspool_cq_submit_ex` that also stores a task handle in `*out_task` (NULL on failure; must not
+ * be NULL), for cancelling a submission whose result nobody wants any more (a client that hung
+ * up). `wspool_task_cancel` before the work starts returns `WSPOOL_OK`: the work never runs and
+ * `done(arg, WSPOOL_CQ_CANCELLED)` comes at the next drain (the cancelling call completes it; no
+ * pool thread has to reach it first). Once the work started it returns `WSPOOL_EBUSY` and `done`
+ * reports the work as usual; after an expiry, `WSPOOL_EEXPIRED`. `done` still runs exactly once
+ * in every case, and `arg` stays owned by the queue until it does. `wspool_task_state` follows the
+ * work (`WSPOOL_TASK_DONE` once it ran, possibly before `done`). Release the handle with
+ * `wspool_task_release`, before or after `done`; do not wait on it from the loop thread (a wait
+ * may run the work there). One allocation per call, which `wspool_cq_submit_ex` does not make.
+ */
+int wspool_cq_submit_task(struct wspool_cq *cq, wspool_fn work, wspool_cq_done_fn done, void *arg, const struct wspool_submit_opts *opts, struct wspool_task **out_task);
 
 /**
  * The file descriptor to poll for readability (epoll/libevent/libuv), or -1 (and

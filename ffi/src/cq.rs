@@ -17,7 +17,8 @@ use crate::{
 
 /// Completion status: the work function ran.
 pub const WSPOOL_CQ_RAN: c_int = 0;
-/// Completion status: the work never ran (pool shutdown CANCEL, DISCARD_OLDEST, or `wspool_cq_close` CANCEL).
+/// Completion status: the work never ran (pool shutdown CANCEL, DISCARD_OLDEST, `wspool_cq_close` CANCEL, or
+/// `wspool_task_cancel` on the handle of `wspool_cq_submit_task`).
 pub const WSPOOL_CQ_CANCELLED: c_int = 1;
 /// Completion status: the work panicked (Rust or Python work only: a C function cannot).
 pub const WSPOOL_CQ_PANICKED: c_int = 2;
@@ -240,7 +241,7 @@ pub unsafe extern "C" fn wspool_cq_submit(
     done: wspool_cq_done_fn,
     arg: *mut c_void,
 ) -> c_int {
-    guard("wspool_cq_submit", || cq_submit(cq, work, done, arg, None))
+    guard("wspool_cq_submit", || cq_submit(cq, work, done, arg, None, None))
 }
 
 /// `wspool_cq_submit` with submission options (`opts` NULL = defaults): `deadline_ns` (a submission
@@ -257,7 +258,36 @@ pub unsafe extern "C" fn wspool_cq_submit_ex(
     arg: *mut c_void,
     opts: *const crate::wspool_submit_opts,
 ) -> c_int {
-    guard("wspool_cq_submit_ex", || cq_submit(cq, work, done, arg, Some(opts)))
+    guard("wspool_cq_submit_ex", || cq_submit(cq, work, done, arg, Some(opts), None))
+}
+
+/// `wspool_cq_submit_ex` that also stores a task handle in `*out_task` (NULL on failure; must not
+/// be NULL), for cancelling a submission whose result nobody wants any more (a client that hung
+/// up). `wspool_task_cancel` before the work starts returns `WSPOOL_OK`: the work never runs and
+/// `done(arg, WSPOOL_CQ_CANCELLED)` comes at the next drain (the cancelling call completes it; no
+/// pool thread has to reach it first). Once the work started it returns `WSPOOL_EBUSY` and `done`
+/// reports the work as usual; after an expiry, `WSPOOL_EEXPIRED`. `done` still runs exactly once
+/// in every case, and `arg` stays owned by the queue until it does. `wspool_task_state` follows the
+/// work (`WSPOOL_TASK_DONE` once it ran, possibly before `done`). Release the handle with
+/// `wspool_task_release`, before or after `done`; do not wait on it from the loop thread (a wait
+/// may run the work there). One allocation per call, which `wspool_cq_submit_ex` does not make.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wspool_cq_submit_task(
+    cq: *mut wspool_cq,
+    work: crate::wspool_fn,
+    done: wspool_cq_done_fn,
+    arg: *mut c_void,
+    opts: *const crate::wspool_submit_opts,
+    out_task: *mut *mut crate::wspool_task,
+) -> c_int {
+    guard("wspool_cq_submit_task", || {
+        if out_task.is_null() {
+            return einval("out_task is NULL: use wspool_cq_submit_ex without a handle");
+        }
+        // SAFETY: non-null out-pointer.
+        unsafe { *out_task = ptr::null_mut() };
+        cq_submit(cq, work, done, arg, Some(opts), Some(out_task))
+    })
 }
 
 fn cq_submit(
@@ -266,6 +296,7 @@ fn cq_submit(
     done: wspool_cq_done_fn,
     arg: *mut c_void,
     opts: Option<*const crate::wspool_submit_opts>,
+    out_task: Option<*mut *mut crate::wspool_task>,
 ) -> Res<c_int> {
     let c = cq_of(cq)?;
     let work = func(work, "work")?;
@@ -282,12 +313,21 @@ fn cq_submit(
     };
     tsan::release_submit();
     let item = CItem { work, done, arg: SendPtr(arg) };
-    match c.cq.submit_with(so, item, |it| {
+    let work = |it: &mut CItem| {
         tsan::acquire_submit();
         // SAFETY: the caller's work function with its arg (the submit contract).
         unsafe { (it.work)(it.arg.0) };
         tsan::release_done();
-    }) {
+    };
+    let submitted = match out_task {
+        None => c.cq.submit_with(so, item, work),
+        Some(out) => c.cq.submit_cancellable(so, item, work).map(|handle| {
+            let t = crate::wspool_task { handle, fork_gen: c.fork_gen };
+            // SAFETY: non-null out-pointer (checked by the caller).
+            unsafe { *out = Box::into_raw(Box::new(t)) };
+        }),
+    };
+    match submitted {
         Ok(()) => Ok(WSPOOL_OK),
         Err(e) => match e.kind {
             CqRefusal::Full => fail(WSPOOL_EREJECTED, "the completion queue holds `cap` pending submissions"),

@@ -252,7 +252,7 @@ static void *driver_main(void *arg) {
     uint64_t s = d->seed;
     wspool_task *handles[HANDLES] = {0};
     uint32_t handle_ids[HANDLES] = {0};
-    int handle_heap[HANDLES] = {0};
+    int handle_heap[HANDLES] = {0}; /* what the handle's task is: 0 slot arg, 1 heap arg with on_cancel, 2 cq */
     wspool_group *own = NULL;
     wspool_serial *own_serial = NULL;
     wspool_cq *cq = NULL;
@@ -319,10 +319,10 @@ static void *driver_main(void *arg) {
                 break;
             }
             case 1: {
-                if (!handle_heap[slot]) atomic_store(&r->may_drop, 1);
+                if (handle_heap[slot] == 0) atomic_store(&r->may_drop, 1);
                 int rc = wspool_task_cancel(t);
                 CHECK(rc == WSPOOL_OK || rc == WSPOOL_EBUSY || rc == WSPOOL_ECANCELLED);
-                if (rc == WSPOOL_OK && handle_heap[slot]) CHECK_EQ(atomic_load(&recs[handle_ids[slot]].cancelled), 1);
+                if (rc == WSPOOL_OK && handle_heap[slot] == 1) CHECK_EQ(atomic_load(&recs[handle_ids[slot]].cancelled), 1);
                 if (rc == WSPOOL_OK) CHECK_EQ(atomic_load(&recs[handle_ids[slot]].ran), 0);
                 break;
             }
@@ -441,9 +441,20 @@ static void *driver_main(void *arg) {
                 harg_t *a = new_heap(r, &s, 0);
                 atomic_store(&recs[a->id].kind, K_CQ);
                 uint32_t id = a->id;
-                int rc = wspool_cq_submit(cq, cq_work, cq_done, a);
+                /* Sometimes with a handle (wspool_cq_submit_task), which case 7/8 may cancel:
+                 * done must still run exactly once, and never after its work ran. */
+                int slot = rng_below(&s, HANDLES);
+                wspool_task *t = NULL;
+                int with_handle = handles[slot] == NULL && rng_chance(&s, 50);
+                int rc = with_handle ? wspool_cq_submit_task(cq, cq_work, cq_done, a, NULL, &t)
+                                     : wspool_cq_submit(cq, cq_work, cq_done, a);
                 mark(id, rc);
                 if (rc != WSPOOL_OK) free(a);
+                if (rc == WSPOOL_OK && with_handle) {
+                    handles[slot] = t;
+                    handle_ids[slot] = id;
+                    handle_heap[slot] = 2;
+                }
             } else {
                 int rc = wspool_cq_drain(cq, rng_below(&s, 4));
                 CHECK(rc >= 0);

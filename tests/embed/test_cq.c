@@ -234,6 +234,48 @@ static void test_close_cancel_exactly_once(void)
     free(rs);
 }
 
+/* wspool_cq_submit_task: a queued submission cancelled through its handle
+ * never runs, and its done (CANCELLED) comes at the next drain while the
+ * only worker is still held; one that ran cannot be cancelled (EBUSY). Bad
+ * input loses nothing: a NULL out_task is EINVAL and nothing was accepted. */
+static void test_cancel_through_task_handle(void)
+{
+    wspool *p = make_pool(1, 1);
+    wspool_cq *cq = NULL;
+    CHECK(wspool_cq_create(p, NULL, &cq) == WSPOOL_OK);
+    req rs[4] = {{.id = 0}};
+    atomic_store(&gate_open, 0);
+    atomic_store(&gate_entered, 0);
+    wspool_task *held = NULL, *queued = NULL, *ran = NULL;
+    CHECK(wspool_cq_submit_task(cq, work_gated, on_done, &rs[0], NULL, &held) == WSPOOL_OK && held);
+    wait_gate_entered();
+    CHECK(wspool_cq_submit_task(cq, work_plain, on_done, &rs[1], NULL, &queued) == WSPOOL_OK && queued);
+    CHECK(wspool_task_state(queued) == WSPOOL_TASK_PENDING);
+    CHECK(wspool_task_cancel(queued) == WSPOOL_OK);
+    CHECK(wspool_task_cancel(queued) == WSPOOL_ECANCELLED);
+    CHECK(wspool_task_state(queued) == WSPOOL_TASK_CANCELLED);
+    CHECK(drain_until(cq, 1) == 1); /* the worker is still held: the cancel itself completed it */
+    CHECK(atomic_load(&rs[1].done_calls) == 1 && rs[1].status == WSPOOL_CQ_CANCELLED);
+    CHECK(wspool_task_cancel(held) == WSPOOL_EBUSY);
+    CHECK(wspool_cq_submit_task(cq, work_plain, on_done, &rs[3], NULL, NULL) == WSPOOL_EINVAL);
+    atomic_store(&gate_open, 1);
+    CHECK(drain_until(cq, 1) == 1);
+    CHECK(rs[0].status == WSPOOL_CQ_RAN);
+    CHECK(wspool_cq_submit_task(cq, work_plain, on_done, &rs[2], NULL, &ran) == WSPOOL_OK);
+    CHECK(drain_until(cq, 1) == 1);
+    CHECK(rs[2].status == WSPOOL_CQ_RAN);
+    CHECK(wspool_task_cancel(ran) == WSPOOL_EBUSY);
+    CHECK(wspool_task_state(ran) == WSPOOL_TASK_DONE);
+    CHECK(wspool_cq_close(cq, WSPOOL_CQ_CLOSE_DRAIN, -1) == WSPOOL_OK);
+    wspool_task_release(held);
+    wspool_task_release(queued);
+    wspool_task_release(ran);
+    for (int i = 0; i < 3; i++)
+        CHECK(atomic_load(&rs[i].done_calls) == 1);
+    CHECK(atomic_load(&rs[1].ran) == 0 && atomic_load(&rs[3].done_calls) == 0 && atomic_load(&rs[3].ran) == 0);
+    wspool_destroy(p);
+}
+
 static atomic_int wakes;
 static void count_wake(void *ctx) { (void)ctx; atomic_fetch_add(&wakes, 1); }
 
@@ -354,6 +396,7 @@ int main(void)
     test_bounded_drain_keeps_fd_readable();
     test_pool_cancel_shutdown_exactly_once();
     test_close_cancel_exactly_once();
+    test_cancel_through_task_handle();
     test_wake_callback_cap_and_watermarks();
     test_overload_signal_and_flag();
     test_openmetrics_buffer();
