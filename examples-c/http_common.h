@@ -21,11 +21,18 @@
  *   /ping   at WSPOOL_PRIORITY_HIGH: it goes before queued /work and is never
  *           shed by the overload test (it costs next to nothing)
  *   /work   with a deadline: --work-deadline-ms N, or ?deadline_ms=N on the
- *           request; not started by then, it never runs (503 "expired")
+ *           request, by when its answer is due. It is submitted with a pool
+ *           deadline that much minus a learnt reserve (http_learn_reserve);
+ *           not started by then, it never runs (503 "expired")
  *   /sleep  in a lane of --sleep-lane N (default 2): at most N run at once,
  *           whatever threads the pool lends them
- * and a client that hangs up (libuv) makes its queued request do nothing
- * when the pool reaches it (http_skipped_client_gone).
+ * and a client that hangs up (libuv) has its queued /work or /sleep cancelled
+ * in the pool through the handle wspool_cq_submit_task returned
+ * (http_cancelled_client_gone; with --uv-work, uv_cancel); one already
+ * started skips its work if it has not begun it (http_skipped_client_gone).
+ * evhttp stops reading a connection while its request is out, so the
+ * libevent server learns of a hang-up only when it writes the reply: there a
+ * hang-up cancels nothing.
  */
 #ifndef HTTP_COMMON_H
 #define HTTP_COMMON_H
@@ -138,7 +145,7 @@ static wspool *http_make_pool(const http_opts *o)
 typedef struct http_counters {
     atomic_ullong requests, submitted, done, done_cancelled, shed_overload, shed_refused, client_gone;
     atomic_ullong overload_signals, admitted_overloaded;
-    atomic_ullong done_expired, skipped_client_gone;
+    atomic_ullong done_expired, skipped_client_gone, cancelled_client_gone;
     /* Written on pool threads: requests whose work began after their deadline by this server's own
      * clock read, and by how much at most (the pool checks the deadline just before it starts the
      * work; a thread preempted in between starts it later), /sleep requests running now and the
@@ -157,6 +164,7 @@ typedef struct http_job {
     uint64_t n;
     uint64_t deadline_ms; /* /work?deadline_ms=N; 0 = the server's default */
     uint64_t deadline_ns; /* the submission's deadline (wspool_now_ns clock); 0 = none */
+    uint64_t started_ns;  /* when its work began (/work only), for the reserve */
     atomic_bool gone;     /* the client hung up: do nothing when the pool gets here */
     bool skipped;
     char body[32];
@@ -185,7 +193,8 @@ static void http_job_run(void *arg)
         j->skipped = true; /* nobody to answer: what a cancel would have saved */
         return;
     }
-    uint64_t now = j->deadline_ns ? wspool_now_ns() : 0;
+    uint64_t now = j->deadline_ns || j->kind == J_WORK ? wspool_now_ns() : 0;
+    j->started_ns = now;
     if (now > j->deadline_ns && j->deadline_ns) { /* an independent check of the pool's rule */
         atomic_fetch_add(&HC.started_late, 1);
         unsigned long long late = (now - j->deadline_ns) / 1000, seen = atomic_load(&HC.started_late_max_us);
@@ -288,6 +297,29 @@ static void http_on_signal(void *ctx, int s)
     }
 }
 
+/* A /work deadline is the time its answer is due. The pool's deadline is when the work must
+ * *start*, so the server submits with the answer's deadline minus a reserve: what a request
+ * needs once its work begins (the run, the wait for the loop to drain it, the write). The
+ * reserve is learnt from served /work requests, from the work's start to the moment its reply
+ * is handed to the kernel (each server calls this from its write-completion callback), as a
+ * high quantile: it rises by a quarter of the gap at once and falls by 1/256 of it per request,
+ * so it sits above nearly every sample. Loop thread only. */
+static uint64_t http_work_reserve_ns = 1000000; /* 1 ms until learnt */
+
+static void http_learn_reserve(uint64_t work_started_ns)
+{
+    if (!work_started_ns)
+        return;
+    uint64_t took = wspool_now_ns() - work_started_ns, r = http_work_reserve_ns;
+    http_work_reserve_ns = took > r ? r + (took - r) / 4 : r - (r - took) / 256;
+}
+
+/* When the reply to `j` goes out, the reserve learns from it: /work that ran, else 0. */
+static uint64_t http_reply_teaches(const http_job *j, int status)
+{
+    return j->kind == J_WORK && status == WSPOOL_CQ_RAN ? j->started_ns : 0;
+}
+
 /* Per-request control: the submission options of `j`. */
 static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sleep_lane,
                               wspool_submit_opts *so)
@@ -298,12 +330,19 @@ static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sl
     if (j->kind == J_PING)
         so->priority = WSPOOL_PRIORITY_HIGH;
     uint64_t d = j->deadline_ms ? j->deadline_ms : o->work_deadline_ms;
-    if (j->kind == J_WORK && d)
-        so->deadline_ns = wspool_now_ns() + d * 1000000ull;
+    if (j->kind == J_WORK && d) {
+        /* Due in d ms: start by then minus the reserve (at once, if the reserve is longer). */
+        uint64_t due = d * 1000000ull, reserve = http_work_reserve_ns < due ? http_work_reserve_ns : due - 1;
+        so->deadline_ns = wspool_now_ns() + due - reserve;
+    }
     j->deadline_ns = so->deadline_ns;
     if (j->kind == J_SLEEP)
         so->serial = sleep_lane;
 }
+
+/* Does `j` get a task handle, to be cancelled if its client hangs up? Work a hang-up can save:
+ * /work and /sleep, not /ping (it costs less than the handle); nothing with --plain. */
+static inline bool http_cancellable(const http_opts *o, const http_job *j) { return !o->plain && j->kind != J_PING; }
 
 /* May the overload test shed `j`? Not a high-priority /ping. */
 static bool http_sheddable(const http_opts *o, const http_job *j) { return o->plain || j->kind != J_PING; }
@@ -381,7 +420,7 @@ static char *http_metrics_text(wspool *pool, size_t *len)
     int64_t need = wspool_stats_openmetrics(pool, NULL, 0);
     if (need < 0)
         return NULL;
-    size_t cap = (size_t)need + 2048;
+    size_t cap = (size_t)need + 4096; /* room for the server's families below */
     char *buf = malloc(cap);
     if (!buf)
         return NULL;
@@ -409,6 +448,8 @@ static char *http_metrics_text(wspool *pool, size_t *len)
          offsetof(http_counters, done_expired)},
         {"http_skipped_client_gone", "Queued requests whose client hung up: the pool skipped their work.",
          offsetof(http_counters, skipped_client_gone)},
+        {"http_cancelled_client_gone", "Queued requests whose client hung up, cancelled before they started.",
+         offsetof(http_counters, cancelled_client_gone)},
         {"http_started_late", "Requests whose work began after their deadline by the server's clock read.",
          offsetof(http_counters, started_late)},
         {"http_started_late_max_us", "The most such a start was late, in microseconds (only grows).",

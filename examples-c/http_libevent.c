@@ -37,6 +37,13 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
     evbuffer_free(b);
 }
 
+/* evhttp calls this once the reply is written (or the request failed): `arg` is http_reply_teaches. */
+static void on_reply_sent(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    http_learn_reserve((uint64_t)(uintptr_t)arg);
+}
+
 /* Runs on the loop thread, exactly once per accepted request. */
 static void on_done(void *arg, int status)
 {
@@ -47,6 +54,8 @@ static void on_done(void *arg, int status)
     if (evhttp_request_get_connection(req) == NULL)
         atomic_fetch_add(&HC.client_gone, 1); /* evhttp_send_reply just frees it */
     if (status == WSPOOL_CQ_RAN) {
+        if (evhttp_request_get_connection(req))
+            evhttp_request_set_on_complete_cb(req, on_reply_sent, (void *)(uintptr_t)http_reply_teaches(j, status));
         reply(req, 200, "OK", j->body, (size_t)j->body_len);
     } else if (status == WSPOOL_CQ_EXPIRED) {
         reply(req, 503, "Service Unavailable", "expired\n", 8);

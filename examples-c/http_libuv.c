@@ -33,12 +33,14 @@ typedef struct conn {
     char *body;        /* the response body being written (owned when body_owned) */
     bool body_owned;
     struct uv_job *inflight; /* the request out at the pool, if any */
+    uint64_t reply_teaches;  /* http_reply_teaches of the reply being written */
 } conn;
 
 typedef struct uv_job uv_job;
 struct uv_job {
     http_job j;
-    uv_work_t w; /* --uv-work only */
+    uv_work_t w;       /* --uv-work only */
+    wspool_task *task; /* its handle, to cancel it if the client hangs up (not with --plain) */
 };
 
 static http_opts O;
@@ -64,9 +66,17 @@ static void conn_close(conn *c)
     if (c->closing)
         return;
     c->closing = true;
-    /* The client is gone: its queued request need not run (it would answer nobody). */
-    if (c->inflight)
-        atomic_store_explicit(&c->inflight->j.gone, true, memory_order_relaxed);
+    /* The client is gone: its queued request need not run (it would answer nobody). Cancelled in
+     * the pool, it never reaches a worker and its done comes at the next drain; one that started
+     * (or, with --plain, has no handle) sees `gone` and skips its work if it has not begun it. */
+    uv_job *u = c->inflight;
+    if (u) {
+        atomic_store_explicit(&u->j.gone, true, memory_order_relaxed);
+        if (u->task && wspool_task_cancel(u->task) == WSPOOL_OK)
+            atomic_fetch_add(&HC.cancelled_client_gone, 1);
+        else if (O.uv_work && uv_cancel((uv_req_t *)&u->w) == 0)
+            atomic_fetch_add(&HC.cancelled_client_gone, 1);
+    }
     uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
@@ -75,6 +85,9 @@ static void process_next(conn *c);
 static void on_written(uv_write_t *w, int status)
 {
     conn *c = w->data;
+    if (status == 0)
+        http_learn_reserve(c->reply_teaches);
+    c->reply_teaches = 0;
     if (c->body_owned)
         free(c->body);
     c->body = NULL;
@@ -128,6 +141,7 @@ static void on_done(void *arg, int status)
     if (c->closing) {
         atomic_fetch_add(&HC.client_gone, 1);
     } else if (status == WSPOOL_CQ_RAN) {
+        c->reply_teaches = http_reply_teaches(&u->j, status);
         char *b = malloc((size_t)u->j.body_len);
         memcpy(b, u->j.body, (size_t)u->j.body_len);
         respond(c, 200, "OK", "text/plain", b, (size_t)u->j.body_len, true);
@@ -137,6 +151,7 @@ static void on_done(void *arg, int status)
         atomic_fetch_add(&HC.done_cancelled, 1);
         respond_text(c, 503, "Service Unavailable", "cancelled\n");
     }
+    wspool_task_release(u->task); /* NULL-safe */
     free(u);
     conn_unref(c);
 }
@@ -252,7 +267,10 @@ static void process_next(conn *c)
     }
     wspool_submit_opts so;
     http_request_opts(&O, &u->j, sleep_lane, &so);
-    if (wspool_cq_submit_ex(cq, http_job_run, on_done, u, &so) != WSPOOL_OK) { /* glue */
+    /* A handle only where a hang-up can save work (not /ping, and not with --plain). */
+    int rc = http_cancellable(&O, &u->j) ? wspool_cq_submit_task(cq, http_job_run, on_done, u, &so, &u->task)
+                                         : wspool_cq_submit_ex(cq, http_job_run, on_done, u, &so); /* glue */
+    if (rc != WSPOOL_OK) {
         free(u);
         atomic_fetch_add(&HC.shed_refused, 1);
         respond_text(c, 503, "Service Unavailable", "refused\n");

@@ -140,6 +140,29 @@ def test_keepalive_mix(path):
         s.stop()
 
 
+def hang_up_on_sleeps(s, n, ms, pause=0.0, reset_every_other=False):
+    """n clients send /sleep?ms=MS and hang up (after `pause`; every other
+    one with a reset if asked); returns the metrics once all n dones ran
+    (bounded by the hang guard)."""
+    socks = []
+    for _ in range(n):
+        k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        k.sendall(f"GET /sleep?ms={ms} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        socks.append(k)
+    time.sleep(pause)
+    for i, k in enumerate(socks):
+        if reset_every_other and i % 2:
+            k.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        k.close()
+    deadline = time.time() + HANG_GUARD_S
+    while True:
+        m = metrics(s.url)
+        if m["http_cq_done"] == n:
+            return m
+        assert time.time() < deadline, m
+        time.sleep(0.05)
+
+
 def test_clients_hang_up_mid_request(path):
     """Clients send /sleep and vanish (FIN or RST) while it runs: every done
     still runs once, the server keeps serving, and exits clean. Shedding is
@@ -147,23 +170,7 @@ def test_clients_hang_up_mid_request(path):
     rightly refuse part of, and this test needs all 40 accepted."""
     s = Server(path, "--threads", "2", "--target-us", "0")
     try:
-        socks = []
-        for i in range(40):
-            k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
-            k.sendall(b"GET /sleep?ms=100 HTTP/1.1\r\nHost: x\r\n\r\n")
-            socks.append(k)
-        time.sleep(0.02)
-        for i, k in enumerate(socks):
-            if i % 2:
-                k.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            k.close()
-        deadline = time.time() + HANG_GUARD_S
-        while True:
-            m = metrics(s.url)
-            if m["http_cq_done"] == 40:
-                break
-            assert time.time() < deadline, m
-            time.sleep(0.05)
+        m = hang_up_on_sleeps(s, 40, 100, pause=0.02, reset_every_other=True)
         if "libuv" in path:
             # libuv reads every connection, so it sees the hang-up before the
             # done; evhttp stops reading while a request is out and only the
@@ -173,6 +180,28 @@ def test_clients_hang_up_mid_request(path):
     finally:
         sub, done, _, _ = s.stop()
     assert sub == done == 41
+
+
+def test_hang_up_cancels_queued_work(path):
+    """12 clients send /sleep?ms=2000 into the lane of 2 and hang up at once:
+    2 start, 10 wait in the lane. The libuv server reads every connection, so
+    it sees each hang-up and cancels that request in the pool
+    (wspool_cq_submit_task + wspool_task_cancel): it never runs, and its done
+    comes at once. The 10 are queued behind 2 s sleeps, so the loop has
+    those 2 s to notice; evhttp does not read while a request is out, so the
+    libevent server cannot cancel and only the done count is checked (with
+    200 ms sleeps: there all 12 run)."""
+    s = Server(path, "--threads", "2", "--target-us", "0")
+    ms = 2000 if "libuv" in path else 200
+    try:
+        m = hang_up_on_sleeps(s, 12, ms)
+        if "libuv" in path:
+            assert 1 <= m["http_cancelled_client_gone"] <= 10, m  # 2 run: the lane's
+            assert m["http_sleep_max_concurrent"] <= 2, m
+        assert curl(s.url + "/ping") == (200, "pong\n")
+    finally:
+        sub, done, _, _ = s.stop()
+    assert sub == done == 13
 
 
 def test_shutdown_with_requests_in_flight(path):
@@ -289,6 +318,7 @@ TESTS = {
     "debug-pool": test_debug_pool_and_sigusr1,
     "mix": test_keepalive_mix,
     "hangup": test_clients_hang_up_mid_request,
+    "hangup-cancel": test_hang_up_cancels_queued_work,
     "shutdown": test_shutdown_with_requests_in_flight,
     "overload": test_overload_sheds_with_503,
     "worker-nice": test_worker_nice,
