@@ -268,7 +268,8 @@ pub unsafe extern "C" fn wspool_cq_submit_ex(
 /// pool thread has to reach it first). Once the work started it returns `WSPOOL_EBUSY` and `done`
 /// reports the work as usual; after an expiry, `WSPOOL_EEXPIRED`. `done` still runs exactly once
 /// in every case, and `arg` stays owned by the queue until it does. `wspool_task_state` follows the
-/// work (`WSPOOL_TASK_DONE` once it ran, possibly before `done`). Release the handle with
+/// work; the completion is queued from inside the task, so `done` may run a moment before the state
+/// reads `WSPOOL_TASK_DONE` (`WSPOOL_TASK_RUNNING` until then). Release the handle with
 /// `wspool_task_release`, before or after `done`; do not wait on it from the loop thread (a wait
 /// may run the work there). One allocation per call, which `wspool_cq_submit_ex` does not make.
 #[unsafe(no_mangle)]

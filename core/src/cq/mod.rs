@@ -389,11 +389,12 @@ impl<T: Send + 'static> CompletionQueue<T> {
     /// a pool thread); once it started, `cancel` returns false and the work
     /// completes as usual. A server cancels the queued request of a client
     /// that hung up this way. The handle costs one allocation per
-    /// submission, which `submit_with` does not; its `state` follows the
-    /// work (`Done` once it ran, before `drain` hands the payload back), and
-    /// dropping it changes nothing. Waiting on it from the loop thread may
-    /// run the work there (help-while-waiting), so a loop polls `state`
-    /// rather than waiting.
+    /// submission, which `submit_with` does not. Its `state` follows the
+    /// work, but the completion is queued from inside the task, so `drain`
+    /// may hand the payload back a moment before the state reads `Done`
+    /// (`Running` until then; `cancel` is false either way). Dropping it
+    /// changes nothing. Waiting on it from the loop thread may run the work
+    /// there (help-while-waiting), so a loop polls rather than waits.
     pub fn submit_cancellable<F>(
         &self,
         opts: crate::pool::SpawnOptions<'_>,

@@ -60,6 +60,9 @@ fn a_submission_that_ran_cannot_be_cancelled_and_comes_back_once() {
     let h = cq.submit_cancellable(crate::SpawnOptions::default(), 7usize, |x| *x += 1).unwrap();
     assert_eq!(done(drain_all(&cq, 1)), vec![(8, CqStatus::Ran)]);
     assert!(!h.cancel());
+    // The completion is queued from inside the task, so the loop may drain it a
+    // moment before the handle reads Done: a wait (here, off the loop) settles it.
+    assert!(h.wait_for(Some(Duration::from_secs(30))));
     assert_eq!(h.state(), TaskState::Done);
     drop(h);
     assert_eq!(cq.pending(), 0);
@@ -111,6 +114,7 @@ fn a_refused_cancellable_submission_gives_its_item_back_and_leaves_nothing_pendi
     assert_eq!((e.kind, e.item), (CqRefusal::Full, 5));
     gate.open();
     assert_eq!(done(drain_all(&cq, 1)), vec![(0, CqStatus::Ran)]);
+    assert!(first.wait_for(Some(Duration::from_secs(30))));
     assert_eq!(first.state(), TaskState::Done);
     p.shutdown(Shutdown::Drain, None).unwrap();
     let e = cq.submit_cancellable(crate::SpawnOptions::default(), 6, |_| {}).unwrap_err();
