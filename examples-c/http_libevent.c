@@ -37,7 +37,7 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
     evbuffer_free(b);
 }
 
-/* evhttp calls this once the reply is written (or the request failed): `arg` is http_reply_teaches. */
+/* evhttp calls this once the reply has been written: `arg` is http_reply_teaches. */
 static void on_reply_sent(struct evhttp_request *req, void *arg)
 {
     (void)req;
