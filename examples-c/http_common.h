@@ -164,7 +164,7 @@ typedef struct http_job {
     uint64_t n;
     uint64_t deadline_ms; /* /work?deadline_ms=N; 0 = the server's default */
     uint64_t deadline_ns; /* the submission's deadline (wspool_now_ns clock); 0 = none */
-    uint64_t started_ns;  /* when its work began (/work only), for the reserve */
+    uint64_t started_ns;  /* when its work began (with a deadline only), for the reserve */
     atomic_bool gone;     /* the client hung up: do nothing when the pool gets here */
     bool skipped;
     char body[32];
@@ -193,7 +193,7 @@ static void http_job_run(void *arg)
         j->skipped = true; /* nobody to answer: what a cancel would have saved */
         return;
     }
-    uint64_t now = j->deadline_ns || j->kind == J_WORK ? wspool_now_ns() : 0;
+    uint64_t now = j->deadline_ns ? wspool_now_ns() : 0; /* no clock read without a deadline */
     j->started_ns = now;
     if (now > j->deadline_ns && j->deadline_ns) { /* an independent check of the pool's rule */
         atomic_fetch_add(&HC.started_late, 1);
@@ -314,7 +314,7 @@ static void http_learn_reserve(uint64_t work_started_ns)
     http_work_reserve_ns = took > r ? r + (took - r) / 4 : r - (r - took) / 256;
 }
 
-/* When the reply to `j` goes out, the reserve learns from it: /work that ran, else 0. */
+/* When the reply to `j` goes out, the reserve learns from it: /work with a deadline that ran, else 0. */
 static uint64_t http_reply_teaches(const http_job *j, int status)
 {
     return j->kind == J_WORK && status == WSPOOL_CQ_RAN ? j->started_ns : 0;

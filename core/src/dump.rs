@@ -772,10 +772,9 @@ mod tests {
             .unwrap()
     }
 
-    /// A 1-thread `Fixed` pool without its monitor thread (the test is the
-    /// only caller of `watch_stall`, on its own clock) whose stall reports are
-    /// counted, with `queued` tasks behind one that waits for tokens. Each
-    /// task takes a token when it starts.
+    /// A 1-thread [`unwatched_fixed_pool`] whose stall reports are counted,
+    /// with `queued` tasks behind one that waits for tokens. Each task takes
+    /// a token when it starts.
     fn stalled_pool(queued: usize) -> (Pool, mpsc::Sender<()>, Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>) {
         let pool = unwatched_fixed_pool(1);
         let reports = Arc::new(AtomicUsize::new(0));
