@@ -3,16 +3,27 @@
 // endpoints of the C HTTP examples (examples-c/http_common.h):
 //
 //   /ping          "pong"
-//   /work?n=N      N rounds of splitmix64, the digest in hex (N <= 100000000)
+//   /work?n=N      N rounds of splitmix64, the digest in hex (N <= 100000000);
+//                  &deadline_ms=D: answered 503 "expired" if its work has not started by then
 //   /sleep?ms=M    "slept" after M ms inside a wspool::blocking_region (M <= 60000)
 //   /metrics       OpenMetrics: the pool's stats and the server's counters (on the loop)
 //
 //   http_beast [--port P] [--threads N] [--mode pool|inline|threads] [--spin-us U]
+//              [--plain] [--work-deadline-ms D] [--sleep-lane N]
 //
 // One io_context thread (the loop) accepts, reads and writes. A request's
 // handler runs, by --mode:
-//   pool     on wspool: asio::post(pool.get_executor(), ...), and the response
-//            goes back to the loop with asio::post(ioc, ...) (default)
+//   pool     on wspool (default), the response going back to the loop with
+//            asio::post(ioc, ...). Per request, as the C examples do (issue 29):
+//            /ping at wspool::priority::high, /work with its deadline
+//            (?deadline_ms, else --work-deadline-ms; none by default: here the
+//            work must *start* by it), /sleep in a wspool::lane of
+//            --sleep-lane (default 2: at most 2 sleep at once, the rest wait
+//            without a thread). A client that hangs up while its /work or
+//            /sleep is queued gets that work cancelled (wspool::task::cancel):
+//            the loop watches the socket while the request is out.
+//            --plain: none of that, every handler through
+//            asio::post(pool.get_executor(), ...), the Asio executor
 //   inline   on the loop itself (a /sleep stalls every connection meanwhile)
 //   threads  on a plain std::thread pool of --threads threads (mutex + condvar
 //            queue), the response posted back the same way
@@ -20,8 +31,9 @@
 // blocking region gets its lent thread). Prints "listening on PORT" once
 // ready. SIGINT/SIGTERM: stops accepting, closes idle connections, lets the
 // requests in flight finish and be answered, destroys the pool; prints
-// "http_beast: exit: requests=.. submitted=.. done=.. cancelled=0" on stderr
-// and exits 3 if a submitted handler's response never came back to the loop.
+// "http_beast: exit: requests=.. submitted=.. done=.. cancelled=.." on stderr
+// and exits 3 if a submitted request's ending (its response, its expiry or
+// its cancellation) never came back to the loop.
 #include "wspool.hpp"
 
 #include <boost/asio.hpp>
@@ -66,6 +78,7 @@ enum class kind { ping, work, sleep, metrics, bad, not_found };
 struct job {
     kind k = kind::not_found;
     uint64_t n = 0;
+    uint64_t deadline_ms = 0;  // /work?deadline_ms=D; 0: the server's default
 };
 
 bool query_u64(const std::string& q, const char* key, uint64_t max, uint64_t* out) {
@@ -99,12 +112,34 @@ job route(beast::string_view target) {
         j.k = kind::ping;
     else if (t == "/metrics")
         j.k = kind::metrics;
-    else if (t == "/work")
+    else if (t == "/work") {
         j.k = query_u64(q, "n", WORK_MAX, &j.n) ? kind::work : kind::bad;
+        if (q.find("deadline_ms=") != std::string::npos && !query_u64(q, "deadline_ms", SLEEP_MAX_MS, &j.deadline_ms))
+            j.k = kind::bad;
+    }
     else if (t == "/sleep")
         j.k = query_u64(q, "ms", SLEEP_MAX_MS, &j.n) ? kind::sleep : kind::bad;
     return j;
 }
+
+// Counters: requests and submitted are written on the loop only; done,
+// expired and cancelled_client_gone too (an ending is counted when it is back
+// on the loop). sleeping and sleep_max_concurrent on the handlers' threads.
+// Atomics for /metrics.
+struct counters {
+    std::atomic<unsigned long long> requests{0}, submitted{0}, done{0}, expired{0}, cancelled_client_gone{0};
+    std::atomic<unsigned long long> sleeping{0}, sleep_max_concurrent{0};
+} C;
+
+/// Counts the /sleep handlers sleeping at once, and the most there were.
+struct sleeping_now {
+    sleeping_now() {
+        unsigned long long n = ++C.sleeping, m = C.sleep_max_concurrent.load();
+        while (n > m && !C.sleep_max_concurrent.compare_exchange_weak(m, n)) {
+        }
+    }
+    ~sleeping_now() { C.sleeping--; }
+};
 
 // The handler: runs wherever --mode says. The blocking region is a no-op
 // off the pool (inline, threads).
@@ -118,6 +153,7 @@ std::string run_job(const job& j) {
         return b;
     }
     case kind::sleep: {
+        sleeping_now concurrent;
         wspool::blocking_region region;  // the pool lends a thread while this one sleeps
         std::this_thread::sleep_for(std::chrono::milliseconds(j.n));
         return "slept\n";
@@ -172,13 +208,48 @@ private:
 
 enum class mode { pool, inline_, threads };
 
-// Counters: requests and submitted are written on the loop only; done too
-// (the response is counted when it is back on the loop). Atomics for /metrics.
-struct counters {
-    std::atomic<unsigned long long> requests{0}, submitted{0}, done{0};
-} C;
+/// What a request handed off the loop came to, back on the loop.
+enum class ending { ran, expired, cancelled };
+
+struct options {
+    mode m = mode::pool;
+    bool plain = false;           // no priority, deadline or lane
+    unsigned work_deadline_ms = 0;  // /work's deadline unless the request names one; 0: none
+    unsigned sleep_lane = 2;        // /sleep's lane limit; 0: no lane
+};
 
 struct server;
+
+/// A request's way back to the loop, carried inside its handler: send() posts
+/// the answer; a reply destroyed unsent (the handler dropped unrun: its
+/// deadline passed, or the loop cancelled it for a client that hung up) posts
+/// that ending instead (wspool::cancel_reason tells which). The loop hears
+/// once either way, and the work guard keeps ioc.run() going until it has.
+class reply {
+public:
+    using done_fn = std::function<void(ending, std::string)>;
+    reply(asio::io_context& ioc, done_fn done) : ioc_(&ioc), done_(std::move(done)), guard_(asio::make_work_guard(ioc)) {}
+    reply(reply&& o) noexcept : ioc_(std::exchange(o.ioc_, nullptr)), done_(std::move(o.done_)), guard_(std::move(o.guard_)) {}
+    reply(const reply&) = delete;
+    ~reply() {
+        if (ioc_)
+            back(wspool::cancel_reason() == wspool::task_state::expired ? ending::expired : ending::cancelled, "");
+    }
+    void send(std::string body) { back(ending::ran, std::move(body)); }
+
+private:
+    void back(ending e, std::string body) {
+        asio::io_context* ioc = std::exchange(ioc_, nullptr);
+        asio::post(*ioc, [e, d = std::move(done_), body = std::move(body), g = std::move(guard_)]() mutable {
+            C.done++;
+            if (e == ending::expired) C.expired++;
+            d(e, std::move(body));
+        });
+    }
+    asio::io_context* ioc_;
+    done_fn done_;
+    asio::executor_work_guard<asio::io_context::executor_type> guard_;
+};
 
 class session : public std::enable_shared_from_this<session> {
 public:
@@ -193,6 +264,7 @@ public:
 private:
     void read();
     void on_request();
+    void watch_for_hang_up(unsigned request);
     void respond(unsigned status, std::string body, const char* type = "text/plain");
     tcp::socket sock_;
     server& srv_;
@@ -200,6 +272,8 @@ private:
     http::request<http::empty_body> req_;
     http::response<http::string_body> res_;
     bool busy_ = false;  // a request in flight: not idle, not closed at shutdown
+    unsigned requests_ = 0;
+    wspool::task<void> queued_;  // the request in flight's handler, cancelled if its client hangs up
     friend struct server;
 };
 
@@ -209,11 +283,14 @@ struct server {
     asio::signal_set signals{ioc, SIGINT, SIGTERM};
     wspool::pool& pool;
     plain_pool* threads;
-    mode m;
+    options opt;
+    std::unique_ptr<wspool::lane> sleep_lane;  // null: --plain, or --sleep-lane 0
     bool stopping = false;
     std::set<std::weak_ptr<session>, std::owner_less<std::weak_ptr<session>>> sessions;
 
-    server(wspool::pool& p, plain_pool* t, mode md) : pool(p), threads(t), m(md) {}
+    server(wspool::pool& p, plain_pool* t, const options& o) : pool(p), threads(t), opt(o) {
+        if (opt.m == mode::pool && !opt.plain && opt.sleep_lane) sleep_lane = std::make_unique<wspool::lane>(pool, opt.sleep_lane);
+    }
 
     void accept() {
         acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
@@ -226,26 +303,35 @@ struct server {
         });
     }
 
-    // Runs j off the loop (or on it, inline), then `done(body)` on the loop.
-    template <class Done>
-    void offload(const job& j, Done done) {
-        if (m == mode::inline_) {
-            done(run_job(j));
-            return;
+    // Runs j off the loop (or on it, inline), then `done(ending, body)` on the
+    // loop, once. Returns the handler's task when it can be cancelled.
+    wspool::task<void> offload(const job& j, reply::done_fn done) {
+        if (opt.m == mode::inline_) {
+            done(ending::ran, run_job(j));
+            return {};
         }
         C.submitted++;
-        // The guard keeps ioc.run() going until the response is back on the loop.
-        auto back = [this, j, done = std::move(done), g = asio::make_work_guard(ioc)]() mutable {
-            std::string body = run_job(j);
-            asio::post(ioc, [done = std::move(done), body = std::move(body), g = std::move(g)]() mutable {
-                C.done++;
-                done(std::move(body));
-            });
-        };
-        if (m == mode::pool)
-            asio::post(pool.get_executor(), std::move(back));
-        else
-            threads->post(std::move(back));
+        auto handler = [j, r = reply(ioc, std::move(done))]() mutable { r.send(run_job(j)); };
+        if (opt.m == mode::threads) {  // its queue holds std::function, which copies: share the handler
+            threads->post([h = std::make_shared<decltype(handler)>(std::move(handler))] { (*h)(); });
+            return {};
+        }
+        if (opt.plain) {
+            asio::post(pool.get_executor(), std::move(handler));
+            return {};
+        }
+        switch (j.k) {
+        case kind::ping:  // never cancelled: answered before anyone could
+            pool.post_with(wspool::options().priority(wspool::priority::high), std::move(handler));
+            return {};
+        case kind::work: {
+            wspool::options o;
+            if (uint64_t d = j.deadline_ms ? j.deadline_ms : opt.work_deadline_ms) o.deadline_in(std::chrono::milliseconds(d));
+            return pool.submit_with(o, std::move(handler));
+        }
+        default:
+            return sleep_lane ? sleep_lane->submit(std::move(handler)) : pool.submit(std::move(handler));
+        }
     }
 
     void stop() {
@@ -259,7 +345,11 @@ struct server {
     }
 };
 
-void session::start() { read(); }
+void session::start() {
+    beast::error_code ec;
+    sock_.non_blocking(true, ec);  // for the hang-up check's peek; Asio's own operations don't mind
+    read();
+}
 
 void session::read() {
     req_ = {};
@@ -271,6 +361,23 @@ void session::read() {
             return;
         }
         self->on_request();
+    });
+}
+
+// While request `request` is out, the loop still listens: end of stream (or a
+// reset) means the client is gone, and a handler that has not started is
+// cancelled (its reply then reports the cancellation). Bytes of a pipelined
+// request wait for this answer, unread.
+void session::watch_for_hang_up(unsigned request) {
+    auto self = shared_from_this();
+    sock_.async_wait(tcp::socket::wait_read, [self, request](beast::error_code ec) {
+        if (ec || !self->busy_ || self->requests_ != request) return;  // answered meanwhile
+        char b;
+        beast::error_code peek;
+        std::size_t n = self->sock_.receive(asio::buffer(&b, 1), tcp::socket::message_peek, peek);
+        if (peek == asio::error::would_block) return self->watch_for_hang_up(request);
+        if (!peek && n > 0) return;  // a pipelined request, not a hang-up
+        if (self->queued_.cancel()) C.cancelled_client_gone++;
     });
 }
 
@@ -287,7 +394,14 @@ void session::on_request() {
             unsigned long long v;
         } fam[] = {{"http_requests", "HTTP requests parsed.", C.requests.load()},
                    {"http_submitted", "Requests handed off the loop (pool or threads).", C.submitted.load()},
-                   {"http_done", "Responses back on the loop (one per submitted request).", C.done.load()}};
+                   {"http_done", "Endings back on the loop (one per submitted request: answered, expired or cancelled).",
+                    C.done.load()},
+                   {"http_expired", "Requests answered 503 because their work had not started by its deadline.",
+                    C.expired.load()},
+                   {"http_cancelled_client_gone", "Queued handlers cancelled because their client hung up.",
+                    C.cancelled_client_gone.load()},
+                   {"http_sleep_max_concurrent", "The most /sleep handlers sleeping at once.",
+                    C.sleep_max_concurrent.load()}};
         for (auto& f : fam)
             text += std::string("# TYPE ") + f.name + " counter\n# HELP " + f.name + " " + f.help + "\n" + f.name +
                     "_total " + std::to_string(f.v) + "\n";
@@ -305,10 +419,22 @@ void session::on_request() {
         break;
     }
     busy_ = true;
-    srv_.offload(j, [self = shared_from_this()](std::string body) {
+    unsigned request = ++requests_;
+    queued_ = srv_.offload(j, [self = shared_from_this()](ending e, std::string body) {
         self->busy_ = false;
-        self->respond(200, std::move(body));
+        self->queued_ = {};
+        beast::error_code ec;
+        self->sock_.cancel(ec);  // the hang-up watch, if any
+        if (e == ending::cancelled) {  // its client is gone
+            self->close();
+            self->srv_.sessions.erase(self);
+        } else if (e == ending::expired) {
+            self->respond(503, "expired\n");
+        } else {
+            self->respond(200, std::move(body));
+        }
     });
+    if (busy_ && queued_.valid()) watch_for_hang_up(request);
 }
 
 void session::respond(unsigned status, std::string body, const char* type) {
@@ -336,7 +462,7 @@ int main(int argc, char** argv) {
     unsigned short port = 0;
     unsigned threads = 2;
     int spin_us = -1;
-    mode m = mode::pool;
+    options opt;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -352,11 +478,20 @@ int main(int argc, char** argv) {
             threads = static_cast<unsigned>(std::stoi(next()));
         else if (a == "--spin-us")
             spin_us = std::stoi(next());
+        else if (a == "--plain")
+            opt.plain = true;
+        else if (a == "--work-deadline-ms")
+            opt.work_deadline_ms = static_cast<unsigned>(std::stoul(next()));
+        else if (a == "--sleep-lane")
+            opt.sleep_lane = static_cast<unsigned>(std::stoul(next()));
         else if (a == "--mode") {
             std::string v = next();
-            m = v == "pool" ? mode::pool : v == "inline" ? mode::inline_ : v == "threads" ? mode::threads : (std::fprintf(stderr, "bad --mode %s\n", v.c_str()), std::exit(2), mode::pool);
+            opt.m = v == "pool" ? mode::pool : v == "inline" ? mode::inline_ : v == "threads" ? mode::threads : (std::fprintf(stderr, "bad --mode %s\n", v.c_str()), std::exit(2), mode::pool);
         } else {
-            std::fprintf(stderr, "usage: %s [--port P] [--threads N] [--mode pool|inline|threads] [--spin-us U]\n", argv[0]);
+            std::fprintf(stderr,
+                         "usage: %s [--port P] [--threads N] [--mode pool|inline|threads] [--spin-us U] [--plain] "
+                         "[--work-deadline-ms D] [--sleep-lane N]\n",
+                         argv[0]);
             return 2;
         }
     }
@@ -366,9 +501,9 @@ int main(int argc, char** argv) {
     if (spin_us >= 0) cfg.spin_max_us(static_cast<uint32_t>(spin_us));
     wspool::pool pool(cfg);
     std::unique_ptr<plain_pool> plain;
-    if (m == mode::threads) plain = std::make_unique<plain_pool>(threads);
+    if (opt.m == mode::threads) plain = std::make_unique<plain_pool>(threads);
     {
-        server srv(pool, plain.get(), m);
+        server srv(pool, plain.get(), opt);
         tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), port);
         srv.acceptor.open(ep.protocol());
         srv.acceptor.set_option(asio::socket_base::reuse_address(true));
@@ -386,6 +521,7 @@ int main(int argc, char** argv) {
         pool.shutdown();
     }
     unsigned long long s = C.submitted.load(), d = C.done.load();
-    std::fprintf(stderr, "http_beast: exit: requests=%llu submitted=%llu done=%llu cancelled=0\n", C.requests.load(), s, d);
+    std::fprintf(stderr, "http_beast: exit: requests=%llu submitted=%llu done=%llu cancelled=%llu\n", C.requests.load(), s, d,
+                 C.cancelled_client_gone.load());
     return s == d ? 0 : 3;
 }

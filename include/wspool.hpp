@@ -458,6 +458,12 @@ enum class task_state {
 #endif
 };
 
+/// While a callable dropped unrun is destroyed (the header destroys it in
+/// the task's on_cancel): task_state::expired when the task's deadline passed
+/// before it started, task_state::cancelled for every other drop. Elsewhere
+/// task_state::cancelled. Lets a capture's destructor answer for its request.
+inline task_state cancel_reason() noexcept { return static_cast<task_state>(wspool_cancel_reason()); }
+
 namespace detail {
 /// A wait's status that means "dropped unrun": cancelled, or expired.
 inline bool dropped(int st) noexcept {
@@ -466,11 +472,47 @@ inline bool dropped(int st) noexcept {
 #endif
     return st == WSPOOL_ECANCELLED;
 }
+/// wspool_task_cancel: true when this call dropped the task unrun.
+inline bool cancel_task(wspool_task* h) {
+    int st = wspool_task_cancel(h);
+    if (st == WSPOOL_OK) return true;
+    if (st == WSPOOL_EBUSY || dropped(st)) return false;
+    throw_status(st, "wspool_task_cancel");
+}
+inline task_state state_of(wspool_task* h) {
+    int st = wspool_task_state(h);
+    if (st < 0) throw_status(st, "wspool_task_state");
+    return static_cast<task_state>(st);
+}
 }  // namespace detail
 
 class pool;
 class group;
+class lane;
 class serial_queue;
+
+/// A submission's priority (wspool_submit_opts.priority). It orders work
+/// submitted from threads that are not the pool's (a pool thread's task keeps
+/// its deque's order); a lane's tasks take the lane's priority.
+enum class priority : int {
+    /// Behind queued normal work, stepping back at most WSPOOL_PRIORITY_LOW_DEFERS times (never starved).
+    low = WSPOOL_PRIORITY_LOW,
+    normal = WSPOOL_PRIORITY_NORMAL,
+    /// Before every queued task, at most WSPOOL_PRIORITY_HIGH_BURST in a row per worker.
+    high = WSPOOL_PRIORITY_HIGH,
+};
+
+namespace detail {
+/// A steady_clock time on wspool_now_ns()'s clock: the distance from now
+/// added to the library's now, whatever clock steady_clock reads on this
+/// platform. A time already past gives 1 (long past; 0 means no deadline).
+inline uint64_t to_deadline_ns(std::chrono::steady_clock::time_point t) noexcept {
+    auto now = std::chrono::steady_clock::now();
+    if (t <= now) return 1;
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(t - now).count();
+    return wspool_now_ns() + static_cast<uint64_t>(left);
+}
+}  // namespace detail
 
 /// Per-submission options (wspool_submit_opts); fields issue after issue are
 /// added at the end of the C struct, which keeps its defaults here.
@@ -482,6 +524,38 @@ public:
         o_.flags = on ? (o_.flags | WSPOOL_SUBMIT_GLOBAL) : (o_.flags & ~uint32_t(WSPOOL_SUBMIT_GLOBAL));
         return *this;
     }
+    /// See wspool::priority; on a lane the lane's priority is used instead.
+    options& priority(::wspool::priority p) noexcept {
+        o_.priority = static_cast<int>(p);
+        return *this;
+    }
+    /// A task not started by `t` never runs: it ends expired (task::get throws
+    /// wspool::task_expired, a completion queue's outcome is expired(), the
+    /// pool's stats count it) and its callable is destroyed unrun, once.
+    options& deadline(std::chrono::steady_clock::time_point t) noexcept {
+        o_.deadline_ns = detail::to_deadline_ns(t);
+        return *this;
+    }
+    /// deadline(now + d).
+    template <class Rep, class Period>
+    options& deadline_in(std::chrono::duration<Rep, Period> d) noexcept {
+        return deadline(std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(d));
+    }
+    /// A deadline on wspool_now_ns()'s clock (0: none), for code that computes it there.
+    options& deadline_ns(uint64_t ns) noexcept {
+        o_.deadline_ns = ns;
+        return *this;
+    }
+    /// What the task "is", shown by wspool_dump on the thread running it. The
+    /// string is copied when the task is submitted: it must live until then
+    /// (a string literal always does). Meant as a small set of names.
+    options& label(const char* name) noexcept {
+        o_.label = name;
+        return *this;
+    }
+    /// The task runs on this lane (or serial queue), which must be of the same
+    /// pool; what lane::submit_with does.
+    inline options& lane(const ::wspool::lane& l) noexcept;
     wspool_submit_opts& raw() noexcept { return o_; }
     const wspool_submit_opts& raw() const noexcept { return o_; }
 
@@ -649,19 +723,11 @@ public:
 
     /// true when this call cancelled the pending task (its callable destroyed
     /// unrun); false once it started, or when another canceller came first.
-    bool cancel() {
-        if (!s_) return false;
-        int st = wspool_task_cancel(h_);
-        if (st == WSPOOL_OK) return true;
-        if (st == WSPOOL_EBUSY || detail::dropped(st)) return false;
-        detail::throw_status(st, "wspool_task_cancel");
-    }
+    bool cancel() { return s_ && detail::cancel_task(h_); }
 
     task_state state() const {
         if (!s_) throw error(WSPOOL_EINVAL, "wspool::task: no task");
-        int st = wspool_task_state(h_);
-        if (st < 0) detail::throw_status(st, "wspool_task_state");
-        return static_cast<task_state>(st);
+        return detail::state_of(h_);
     }
 
     wspool_task* native_handle() const noexcept { return h_; }
@@ -791,6 +857,22 @@ public:
         }
     }
 
+    /// The snapshot report of wspool_dump (docs/diagnosis.md): what every
+    /// thread is doing (with its task's label), every queue, the monitor's
+    /// recent decisions. A sample taken while the pool runs.
+    std::string dump() const {
+        std::string out(4096, '\0');
+        for (;;) {
+            std::size_t needed = 0;
+            detail::check(wspool_dump(p_, out.data(), out.size(), &needed), "wspool_dump");
+            if (needed <= out.size()) {
+                out.resize(needed - 1);
+                return out;
+            }
+            out.assign(needed + 1024, '\0');  // the next report may be a little longer
+        }
+    }
+
     /// 1 while any completion queue of the pool is overloaded.
     bool overloaded() const noexcept { return wspool_overloaded(p_) == 1; }
 
@@ -824,7 +906,7 @@ private:
     std::unique_ptr<hooks> hooks_;
     std::shared_ptr<detail::pool_ref> ref_;
     friend class group;
-    friend class serial_queue;
+    friend class lane;
 };
 
 // --------------------------------------------------------------- executor --
@@ -1105,14 +1187,17 @@ extern "C" void __tsan_release(void* addr);
 /// library (not instrumented) runs turn N+1 after turn N returned, but does
 /// not report that edge, so TSan would flag a serial task's writes read by
 /// the next turn. Elsewhere the callable as is.
+/// A lane of more than one (q null) runs its tasks side by side: no edge.
 template <class F>
 auto serial_turn(wspool_serial* q, F&& f) {
 #if WSPOOL_HPP_TSAN
     return [q, g = std::forward<F>(f)]() mutable -> decltype(auto) {
-        __tsan_acquire(q);
+        if (q) __tsan_acquire(q);
         struct rel {
             wspool_serial* q;
-            ~rel() { __tsan_release(q); }
+            ~rel() {
+                if (q) __tsan_release(q);
+            }
         } r{q};
         return g();
     };
@@ -1123,40 +1208,74 @@ auto serial_turn(wspool_serial* q, F&& f) {
 }
 }  // namespace detail
 
-/// FIFO, at most one of its tasks running at a time (wspool_serial_*).
-/// Destroying the queue leaves its pending tasks to run, in order.
-class serial_queue {
+/// A queue with a concurrency limit (wspool_lane_create): FIFO, at most
+/// limit() of its tasks running at a time; its queued tasks occupy no worker,
+/// a task blocking inside it counts against the lane, lanes take their turns
+/// fairly, and every task of the lane waits at the lane's priority.
+/// Destroying the lane leaves its pending tasks to run, in order.
+class lane {
 public:
-    explicit serial_queue(pool& p) : pool_(p.ref_) {
-        detail::check(wspool_serial_create(p.native_handle(), &s_), "wspool_serial_create");
+    /// Throws wspool::error (WSPOOL_EINVAL) for a limit of 0.
+    lane(pool& p, uint32_t limit, ::wspool::priority prio = ::wspool::priority::normal) : pool_(p.ref_), limit_(limit) {
+        detail::check(wspool_lane_create(p.native_handle(), limit, static_cast<int>(prio), &s_), "wspool_lane_create");
     }
-    serial_queue(serial_queue&& o) noexcept : pool_(std::move(o.pool_)), s_(std::exchange(o.s_, nullptr)) {}
-    serial_queue& operator=(serial_queue&&) = delete;
-    serial_queue(const serial_queue&) = delete;
-    serial_queue& operator=(const serial_queue&) = delete;
-    ~serial_queue() { wspool_serial_destroy(s_); }
+    lane(lane&& o) noexcept : pool_(std::move(o.pool_)), s_(std::exchange(o.s_, nullptr)), limit_(o.limit_) {}
+    lane& operator=(lane&&) = delete;
+    lane(const lane&) = delete;
+    lane& operator=(const lane&) = delete;
+    ~lane() { wspool_serial_destroy(s_); }
 
     template <class F, class... A>
     void post(F&& f, A&&... a) {
-        wspool_submit_opts o;
-        wspool_submit_opts_init(&o);
-        o.serial = s_;
-        detail::post_on(pool_->get("wspool::serial_queue::post"), &o,
-                        detail::serial_turn(s_, detail::bind(std::forward<F>(f), std::forward<A>(a)...)));
+        post_with(options(), std::forward<F>(f), std::forward<A>(a)...);
+    }
+    /// With a deadline or a label (the options' priority is the lane's).
+    template <class F, class... A>
+    void post_with(const options& o, F&& f, A&&... a) {
+        wspool_submit_opts so = o.raw();
+        so.serial = s_;
+        detail::post_on(pool_->get("wspool::lane::post"), &so, turn(detail::bind(std::forward<F>(f), std::forward<A>(a)...)));
     }
     template <class F, class... A>
     auto submit(F&& f, A&&... a) {
-        wspool_submit_opts o;
-        wspool_submit_opts_init(&o);
-        o.serial = s_;
-        return detail::submit_on(pool_->get("wspool::serial_queue::submit"), &o,
-                                 detail::serial_turn(s_, detail::bind(std::forward<F>(f), std::forward<A>(a)...)));
+        return submit_with(options(), std::forward<F>(f), std::forward<A>(a)...);
     }
+    template <class F, class... A>
+    auto submit_with(const options& o, F&& f, A&&... a) {
+        wspool_submit_opts so = o.raw();
+        so.serial = s_;
+        return detail::submit_on(pool_->get("wspool::lane::submit"), &so,
+                                 turn(detail::bind(std::forward<F>(f), std::forward<A>(a)...)));
+    }
+    uint32_t limit() const noexcept { return limit_; }
     wspool_serial* native_handle() const noexcept { return s_; }
 
+protected:
+    struct serial_tag {};
+    lane(pool& p, serial_tag) : pool_(p.ref_), limit_(1) {
+        detail::check(wspool_serial_create(p.native_handle(), &s_), "wspool_serial_create");
+    }
+
 private:
+    template <class F>
+    auto turn(F&& f) {
+        return detail::serial_turn(limit_ == 1 ? s_ : nullptr, std::forward<F>(f));
+    }
     std::shared_ptr<detail::pool_ref> pool_;
     wspool_serial* s_ = nullptr;
+    uint32_t limit_;
+};
+
+inline options& options::lane(const ::wspool::lane& l) noexcept {
+    o_.serial = l.native_handle();
+    return *this;
+}
+
+/// FIFO, at most one of its tasks running at a time (wspool_serial_*): a
+/// lane of 1. Destroying the queue leaves its pending tasks to run, in order.
+class serial_queue : public lane {
+public:
+    explicit serial_queue(pool& p) : lane(p, serial_tag{}) {}
 };
 
 // ---------------------------------------------------------- blocking region --
@@ -1184,15 +1303,19 @@ template <class T, class W, class D>
 struct detail_cq_node;
 
 /// What a completion-queue submission came to, handed to its done callable on
-/// the loop's thread: a value, an exception, or cancelled (never ran).
+/// the loop's thread: a value, an exception, or cancelled (never ran; expired()
+/// too when that was because its deadline passed).
 template <class T>
 class outcome {
 public:
     bool cancelled() const noexcept { return cancelled_; }
+    bool expired() const noexcept { return expired_; }
     bool has_value() const noexcept { return !cancelled_ && !error_; }
     std::exception_ptr error() const noexcept { return error_; }
-    /// The value; rethrows the work's exception, or throws wspool::task_cancelled.
+    /// The value; rethrows the work's exception, or throws wspool::task_cancelled
+    /// (wspool::task_expired when it expired).
     std::add_lvalue_reference_t<T> get() {
+        if (expired_) throw task_expired();
         if (cancelled_) throw task_cancelled();
         if (error_) std::rethrow_exception(error_);
         if constexpr (!std::is_void_v<T>) return *value_;
@@ -1202,6 +1325,7 @@ private:
     template <class, class, class>
     friend struct detail_cq_node;
     bool cancelled_ = false;
+    bool expired_ = false;
     std::exception_ptr error_;
     std::optional<std::conditional_t<std::is_void_v<T>, std::monostate, T>> value_;
 };
@@ -1233,6 +1357,7 @@ struct detail_cq_node {
     static void finished(void* arg, int status) noexcept {
         auto* n = static_cast<detail_cq_node*>(arg);
         if (status != WSPOOL_CQ_RAN) n->out.cancelled_ = true;
+        if (status == WSPOOL_CQ_EXPIRED) n->out.expired_ = true;
         try {
             std::invoke(n->done, std::move(n->out));
         } catch (...) {
@@ -1245,6 +1370,40 @@ struct detail_cq_node {
 
 enum class cq_signal { high_water = WSPOOL_CQ_SIGNAL_HIGH_WATER, low_water = WSPOOL_CQ_SIGNAL_LOW_WATER,
                        overloaded = WSPOOL_CQ_SIGNAL_OVERLOADED, recovered = WSPOOL_CQ_SIGNAL_RECOVERED };
+
+/// A completion-queue submission's handle (completion_queue::submit_cancellable).
+/// Move-only; destroying it leaves the submission as it is (its done still runs once).
+class cq_task {
+public:
+    cq_task() noexcept = default;
+    explicit cq_task(wspool_task* h) noexcept : h_(h) {}
+    cq_task(cq_task&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+    cq_task& operator=(cq_task&& o) noexcept {
+        if (this != &o) {
+            wspool_task_release(h_);
+            h_ = std::exchange(o.h_, nullptr);
+        }
+        return *this;
+    }
+    cq_task(const cq_task&) = delete;
+    cq_task& operator=(const cq_task&) = delete;
+    ~cq_task() { wspool_task_release(h_); }
+
+    bool valid() const noexcept { return h_ != nullptr; }
+    /// true when this call dropped the work unrun: its done gets a cancelled()
+    /// outcome at the next drain. false once the work started (done reports
+    /// it as usual), after it expired, or when it was cancelled already.
+    bool cancel() { return h_ && detail::cancel_task(h_); }
+    /// The work's state; done may run a moment before it reads done.
+    task_state state() const {
+        if (!h_) throw error(WSPOOL_EINVAL, "wspool::cq_task: no handle");
+        return detail::state_of(h_);
+    }
+    wspool_task* native_handle() const noexcept { return h_; }
+
+private:
+    wspool_task* h_ = nullptr;
+};
 
 /// Completion-queue options (wspool_cq_opts) with callables for wake and signals.
 class cq_options {
@@ -1303,14 +1462,24 @@ public:
     /// when refused: then neither runs.
     template <class W, class D>
     void submit(W&& work, D&& done) {
-        using T = std::invoke_result_t<std::decay_t<W>&>;
-        using N = detail_cq_node<T, std::decay_t<W>, std::decay_t<D>>;
-        N* n = detail::make_node<N>(pool_, &done_error_, std::forward<W>(work), std::forward<D>(done));
-        int st = wspool_cq_submit(cq_, &N::run, &N::finished, n);
-        if (st != WSPOOL_OK) {
-            detail::free_node(n);
-            detail::throw_status(st, "wspool_cq_submit");
-        }
+        submit_node(nullptr, nullptr, std::forward<W>(work), std::forward<D>(done));
+    }
+    /// submit() with options: a deadline (a submission not started by then
+    /// never runs and its done gets an expired() outcome), a priority, a lane
+    /// (options::lane), a label, global().
+    template <class W, class D>
+    void submit_with(const options& o, W&& work, D&& done) {
+        submit_node(&o.raw(), nullptr, std::forward<W>(work), std::forward<D>(done));
+    }
+    /// submit_with() that also returns a handle for cancelling the submission
+    /// while it waits (a client that hung up): cq_task::cancel() before the
+    /// work starts means it never runs, and done gets a cancelled() outcome at
+    /// the next drain. One allocation more than submit_with.
+    template <class W, class D>
+    cq_task submit_cancellable(const options& o, W&& work, D&& done) {
+        wspool_task* h = nullptr;
+        submit_node(&o.raw(), &h, std::forward<W>(work), std::forward<D>(done));
+        return cq_task(h);
     }
 
     /// Runs up to max (0 = all) done callables here; returns how many ran.
@@ -1338,6 +1507,18 @@ public:
     wspool_cq* native_handle() const noexcept { return cq_; }
 
 private:
+    template <class W, class D>
+    void submit_node(const wspool_submit_opts* o, wspool_task** handle, W&& work, D&& done) {
+        using T = std::invoke_result_t<std::decay_t<W>&>;
+        using N = detail_cq_node<T, std::decay_t<W>, std::decay_t<D>>;
+        N* n = detail::make_node<N>(pool_, &done_error_, std::forward<W>(work), std::forward<D>(done));
+        int st = handle ? wspool_cq_submit_task(cq_, &N::run, &N::finished, n, o, handle)
+                        : wspool_cq_submit_ex(cq_, &N::run, &N::finished, n, o);
+        if (st != WSPOOL_OK) {
+            detail::free_node(n);  // refused: neither work nor done will run
+            detail::throw_status(st, handle ? "wspool_cq_submit_task" : "wspool_cq_submit_ex");
+        }
+    }
     void rethrow_done() {
         if (done_error_) {
             std::exception_ptr e = std::move(done_error_);

@@ -1,7 +1,8 @@
 # mk/cpp.mk: the C++ header include/wspool.hpp (issue 27).
 #
 #   make cpp-examples   examples-cpp/bin/{hello,http_beast} (Boost.Beast server on wspool's executor)
-#   make test-cpp       tests/cpp plain, under ASan+UBSan and under TSan (test_wspool, test_asio),
+#   make test-cpp       tests/cpp plain, under ASan+UBSan and under TSan (test_wspool, test_request,
+#                       test_asio),
 #                       allocations per small task (test_alloc, plain), the Beast server driven by
 #                       curl / ab / raw sockets (plain in all three modes, ASan+UBSan+LSan and TSan
 #                       with the pool), and an installed copy used through CMake (wspool::wspool_cpp)
@@ -57,7 +58,7 @@ $(1): $(2) $(CPP_HDRS) | cpp-deps c-build
 	$$(CPP_CXX) $$(CPP_FLAGS) $(3) $$< -o $$@ $$(CPP_LINK)
 endef
 
-CPP_TESTS := test_wspool test_asio
+CPP_TESTS := test_wspool test_request test_asio
 $(foreach t,$(CPP_TESTS),$(eval $(call cpp_prog,$(CPP_BIN)/$(t),tests/cpp/$(t).cpp,-O1)))
 $(foreach t,$(CPP_TESTS),$(eval $(call cpp_prog,$(CPP_BIN)/$(t)_asan,tests/cpp/$(t).cpp,$(CPP_ASAN))))
 $(foreach t,$(CPP_TESTS),$(eval $(call cpp_prog,$(CPP_BIN)/$(t)_tsan,tests/cpp/$(t).cpp,$(CPP_TSAN))))
@@ -82,18 +83,22 @@ cpp-bins: c-lib cpp-deps
 test-cpp: cpp-bins test-cpp-plain test-cpp-asan test-cpp-tsan test-cpp-http test-cpp-install
 	@echo "test-cpp: all C++ suites passed"
 
-test-cpp-plain: c-lib $(CPP_BIN)/test_wspool $(CPP_BIN)/test_asio $(CPP_BIN)/test_alloc $(CPP_EXAMPLE_BIN)/hello
+test-cpp-plain: c-lib $(CPP_BIN)/test_wspool $(CPP_BIN)/test_request $(CPP_BIN)/test_asio $(CPP_BIN)/test_alloc \
+                $(CPP_EXAMPLE_BIN)/hello
 	$(CPP_BIN)/test_wspool
+	$(CPP_BIN)/test_request
 	$(CPP_BIN)/test_asio
 	$(CPP_BIN)/test_alloc
 	$(CPP_EXAMPLE_BIN)/hello > /dev/null
 
-test-cpp-asan: c-lib $(CPP_BIN)/test_wspool_asan $(CPP_BIN)/test_asio_asan
+test-cpp-asan: c-lib $(CPP_BIN)/test_wspool_asan $(CPP_BIN)/test_request_asan $(CPP_BIN)/test_asio_asan
 	$(CPP_ASAN_ENV) WSPOOL_TEST_SCALE=0.5 $(CPP_BIN)/test_wspool_asan
+	$(CPP_ASAN_ENV) $(CPP_BIN)/test_request_asan
 	$(CPP_ASAN_ENV) $(CPP_BIN)/test_asio_asan
 
-test-cpp-tsan: c-lib $(CPP_BIN)/test_wspool_tsan $(CPP_BIN)/test_asio_tsan
+test-cpp-tsan: c-lib $(CPP_BIN)/test_wspool_tsan $(CPP_BIN)/test_request_tsan $(CPP_BIN)/test_asio_tsan
 	$(CPP_TSAN_ENV) WSPOOL_TEST_SCALE=0.5 $(CPP_BIN)/test_wspool_tsan
+	$(CPP_TSAN_ENV) $(CPP_BIN)/test_request_tsan
 	$(CPP_TSAN_ENV) $(CPP_BIN)/test_asio_tsan
 
 # The Beast server: every mode plain; with the pool under ASan+UBSan+LSan and

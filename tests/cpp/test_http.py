@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Drives the Boost.Beast example (examples-cpp/http_beast) with real clients.
 
-    test_http.py --server examples-cpp/bin/http_beast [--modes pool,inline,threads]
+    test_http.py --server examples-cpp/bin/http_beast [--modes pool,plain,inline,threads]
+
+A mode is the server's --mode; "plain" is --mode pool --plain (every handler
+through the Asio executor, no priority, deadline or lane).
 
 Reuses the helpers of the C HTTP examples' tests (tests/embed/test_http.py:
 Server, curl, ab, metrics, work_digest): every server is stopped with SIGINT
@@ -17,11 +20,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "embed"))
-from test_http import HANG_GUARD_S, Server, ab, curl, metrics, work_digest  # noqa: E402
+from test_http import HANG_GUARD_S, Server, ab, curl, hang_up_on_sleeps, metrics, work_digest  # noqa: E402
+
+
+def mode_args(mode):
+    return ["--mode", "pool", "--plain"] if mode == "plain" else ["--mode", mode]
 
 
 def test_endpoints_and_metrics(path, mode):
-    s = Server(path, "--threads", "2", "--mode", mode)
+    s = Server(path, "--threads", "2", *mode_args(mode))
     try:
         assert curl(s.url + "/ping") == (200, "pong\n")
         assert curl(s.url + "/work?n=5000") == (200, f"{work_digest(5000):016x}\n")
@@ -35,7 +42,7 @@ def test_endpoints_and_metrics(path, mode):
         handed = 0 if mode == "inline" else 4
         assert m["http_submitted"] == handed and m["http_done"] == handed, m
         assert m["http_requests"] == 8, m
-        if mode == "pool":
+        if mode in ("pool", "plain"):
             assert m["wspool_submitted_tasks"] >= 4, m  # the handlers ran on wspool
     finally:
         sub, done, _, _ = s.stop()
@@ -45,7 +52,7 @@ def test_endpoints_and_metrics(path, mode):
 def test_keepalive_mix(path, mode):
     """ab keep-alive on /ping beside /work and /sleep clients: nothing fails,
     every request answered."""
-    s = Server(path, "--threads", "2", "--mode", mode)
+    s = Server(path, "--threads", "2", *mode_args(mode))
     results = {}
 
     def side(name, url, n, c):
@@ -74,7 +81,7 @@ def test_shutdown_with_requests_in_flight(path, mode):
     """SIGINT while 30 /work requests are queued or running on 2 threads:
     each is still answered (its response comes back to the loop), idle
     connections are closed, exit 0."""
-    s = Server(path, "--threads", "2", "--mode", mode)
+    s = Server(path, "--threads", "2", *mode_args(mode))
     socks = []
     try:
         idle = socket.create_connection(("127.0.0.1", s.port), timeout=10)
@@ -108,7 +115,7 @@ def test_shutdown_with_requests_in_flight(path, mode):
 def test_clients_hang_up_mid_request(path, mode):
     """Clients send /sleep and vanish (FIN or RST) while it runs: each
     handler's response still comes back to the loop, the server keeps serving."""
-    s = Server(path, "--threads", "2", "--mode", mode)
+    s = Server(path, "--threads", "2", *mode_args(mode))
     try:
         socks = []
         for i in range(20):
@@ -132,26 +139,92 @@ def test_clients_hang_up_mid_request(path, mode):
     assert sub == done == 21
 
 
+def test_work_deadlines(path, mode):
+    """8 /work requests of ~0.1 s or more each, due to start within 1 ms, on
+    2 threads: whatever has not started by its deadline never runs and is
+    answered 503 "expired"; the rest are answered in full. Not 8 threads can
+    start within 1 ms of the requests' arrival, so some expire (a slower
+    machine only makes more of them expire); the server's and the pool's
+    counts agree."""
+    s = Server(path, "--threads", "2", *mode_args(mode))
+    n = 100000000  # the most /work takes: ~0.1 s or more
+    replies = []
+    try:
+        socks = []
+        for _ in range(8):
+            k = socket.create_connection(("127.0.0.1", s.port), timeout=HANG_GUARD_S)
+            k.sendall(f"GET /work?n={n}&deadline_ms=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            socks.append(k)
+        for k in socks:
+            data = b""
+            while True:
+                b = k.recv(4096)
+                if not b:
+                    break
+                data += b
+            k.close()
+            replies.append(data)
+        assert curl(s.url + "/work?n=1&deadline_ms=x")[0] == 400
+        m = metrics(s.url)
+    finally:
+        sub, done, _, _ = s.stop()
+    # 16 hex digits and a newline (the digest itself is too slow to compute in Python)
+    ok = [r for r in replies if r.startswith(b"HTTP/1.1 200") and len(r.rsplit(b"\r\n\r\n", 1)[1]) == 17]
+    expired = [r for r in replies if r.startswith(b"HTTP/1.1 503") and r.endswith(b"expired\n")]
+    assert len(ok) + len(expired) == 8, replies
+    assert len(expired) >= 1, m
+    assert m["http_expired"] == len(expired) == m["wspool_expired_tasks"], m
+    assert sub == done == 8
+
+
+def test_hang_up_cancels_queued_work(path, mode):
+    """12 clients send /sleep?ms=2000 into the lane of 2 and hang up at once:
+    at most 2 start, the rest wait in the lane, and the loop, watching each
+    socket while its request is out, sees the hang-up and cancels the queued
+    handler (wspool::task::cancel): it never runs. The queued ones wait
+    behind 2 s sleeps, which gives the loop those 2 s to notice."""
+    s = Server(path, "--threads", "2", *mode_args(mode))
+    try:
+        m = hang_up_on_sleeps(s, 12, 2000, done_metric="http_done")
+        assert 1 <= m["http_cancelled_client_gone"] <= 12, m
+        # Each ended once in the pool: cancelled by its hang-up, or run.
+        assert m["wspool_cancelled_tasks"] == m["http_cancelled_client_gone"], m
+        assert m["wspool_cancelled_tasks"] + m["wspool_completed_tasks"] == 12, m
+        assert m["http_sleep_max_concurrent"] <= 2, m
+        assert curl(s.url + "/ping") == (200, "pong\n")
+    finally:
+        sub, done, cancelled, _ = s.stop()
+    assert sub == done == 13
+    assert cancelled == m["http_cancelled_client_gone"]
+
+
 TESTS = {
     "endpoints": test_endpoints_and_metrics,
     "mix": test_keepalive_mix,
     "shutdown": test_shutdown_with_requests_in_flight,
     "hangup": test_clients_hang_up_mid_request,
+    "deadline": test_work_deadlines,
+    "hangup-cancel": test_hang_up_cancels_queued_work,
 }
 # inline runs handlers on the loop: nothing is handed off, so the shutdown
-# and hang-up tests (which count hand-offs) do not apply.
-INLINE_TESTS = {"endpoints", "mix"}
+# and hang-up tests (which count hand-offs) do not apply. Deadlines, lanes
+# and cancellation are the pool mode's (not --plain's).
+MODE_TESTS = {
+    "inline": {"endpoints", "mix"},
+    "plain": {"endpoints", "mix", "shutdown", "hangup"},
+    "threads": {"endpoints", "mix", "shutdown", "hangup"},
+}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
-    ap.add_argument("--modes", default="pool,inline,threads")
+    ap.add_argument("--modes", default="pool,plain,inline,threads")
     a = ap.parse_args()
     bad = ran = 0
     for mode in a.modes.split(","):
         for name, t in TESTS.items():
-            if mode == "inline" and name not in INLINE_TESTS:
+            if mode in MODE_TESTS and name not in MODE_TESTS[mode]:
                 continue
             ran += 1
             t0 = time.time()
