@@ -190,3 +190,29 @@ def test_a_blocking_reject_policy_does_not_hold_the_gil_while_it_waits() -> None
             assert results == list(range(8))
 
     asyncio.run(asyncio.wait_for(main(), EVENTUALLY))
+
+
+def test_cancelling_the_await_drops_a_call_not_started() -> None:
+    """The only worker is held; an await is cancelled while its call waits
+    behind it: once the worker is free, the call is skipped, never run. A
+    call submitted after it then runs (the queue is FIFO on one worker, so
+    the dropped call was reached first)."""
+
+    async def main() -> None:
+        with wspool.Pool(max_workers=1) as pool:
+            gate = threading.Event()
+            held = pool.submit(gate.wait, EVENTUALLY)
+            ran: list[str] = []
+            t = asyncio.ensure_future(pool.run(ran.append, "dropped"))
+            await asyncio.sleep(0)  # it submits its call
+            assert pool._cqs[asyncio.get_running_loop()].pending() == 1
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            gate.set()
+            assert held.result(EVENTUALLY) is True
+            assert await pool.run(ran.append, "after") is None
+            assert ran == ["after"]
+            assert pool._cqs[asyncio.get_running_loop()].pending() == 0
+
+    asyncio.run(asyncio.wait_for(main(), EVENTUALLY))

@@ -99,6 +99,11 @@ fn resolve(py: Python<'_>, it: Item, status: CqStatus) -> PyResult<()> {
     Ok(())
 }
 
+/// Whether `future` was cancelled (an error reading it counts as not: the call runs).
+fn awaited_cancelled(py: Python<'_>, future: &Py<PyAny>) -> bool {
+    future.bind(py).call_method0(intern!(py, "cancelled")).and_then(|c| c.is_truthy()).unwrap_or(false)
+}
+
 #[pymethods]
 impl Completions {
     #[new]
@@ -166,6 +171,16 @@ impl Completions {
                 .submit_with(opts, item, move |it| {
                     let mut call = || {
                         shared.run_python(|py| {
+                            // The awaiting task was cancelled while the call
+                            // waited (asyncio cancels the future it awaited):
+                            // the call is dropped unrun; `drain` finds the
+                            // future done and leaves it. A read of the
+                            // future's state, under the GIL, as the loop's
+                            // own writes are.
+                            if awaited_cancelled(py, &it.future) {
+                                it.learn = None;
+                                return;
+                            }
                             it.result = Some(it.func.bind(py).call1(it.args.bind(py)).map(Bound::unbind));
                         })
                     };

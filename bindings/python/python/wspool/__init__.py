@@ -530,8 +530,10 @@ class Pool(ThreadPoolExecutor):
         returns without a trip through the loop, as an await of something
         already available does; one in 16 such awaits in a row still yields
         to the loop. Exceptions propagate; a pool shutdown that cancels the
-        call cancels the await. Cancelling the awaiting task does not stop a
-        call that already started.
+        call cancels the await. Cancelling the awaiting task before the call
+        started drops the call: it never runs (a worker that reaches it only
+        skips it). A call that already started runs to its end, and its
+        result is dropped.
         """
         return await self._ws_run(fn, args, {})
 
@@ -545,6 +547,7 @@ class Pool(ThreadPoolExecutor):
         fut: asyncio.Future[_T] = loop.create_future()
         if cq.submit(fut, fn, args, **opts):
             await asyncio.sleep(0)  # resolved already, many in a row: let other tasks run
+        # Cancelling the awaiting task cancels `fut`, which the worker checks before the call.
         return await fut
 
     def map(
