@@ -21,9 +21,12 @@
  *   /ping   at WSPOOL_PRIORITY_HIGH: it goes before queued /work and is never
  *           shed by the overload test (it costs next to nothing)
  *   /work   with a deadline: --work-deadline-ms N, or ?deadline_ms=N on the
- *           request, by when its answer is due. It is submitted with a pool
- *           deadline that much minus a learnt reserve (http_learn_reserve);
- *           not started by then, it never runs (503 "expired")
+ *           request, by when its answer is due, counted from the request's
+ *           start: the X-Request-Start header a proxy (or the client) stamps
+ *           it with, else when this server read it. It is submitted with a
+ *           pool deadline that much minus a learnt reserve
+ *           (http_learn_reserve); not started by then, it never runs (503
+ *           "expired")
  *   /sleep  in a lane of --sleep-lane N (default 2): at most N run at once,
  *           whatever threads the pool lends them
  * and a client that hangs up (libuv) has its queued /work or /sleep cancelled
@@ -163,6 +166,7 @@ typedef struct http_job {
     enum job_kind kind;
     uint64_t n;
     uint64_t deadline_ms; /* /work?deadline_ms=N; 0 = the server's default */
+    uint64_t start_ns;    /* X-Request-Start on the wspool_now_ns clock; 0 = none (when read) */
     uint64_t deadline_ns; /* the submission's deadline (wspool_now_ns clock); 0 = none */
     uint64_t started_ns;  /* when its work began (with a deadline only), for the reserve */
     atomic_bool gone;     /* the client hung up: do nothing when the pool gets here */
@@ -320,6 +324,52 @@ static uint64_t http_reply_teaches(const http_job *j, int status)
     return j->kind == J_WORK && status == WSPOOL_CQ_RAN ? j->started_ns : 0;
 }
 
+/* X-Request-Start, the header a load balancer or proxy stamps a request with as it forwards it
+ * (Heroku's router, nginx's "t=${msec}"): "t=" (optional) and the time since the epoch, in s
+ * with a fraction, else in s, ms, us or ns by magnitude. Returns when the request started, on
+ * wspool_now_ns's clock, so that a deadline counts the time the request waited before this
+ * server read it; 0 (ignored) when unreadable or more than a minute old. A stamp from the
+ * future (clocks a little apart) is "now". */
+static uint64_t http_request_start_ns(const char *v, size_t len)
+{
+    const char *end = v + len;
+    while (v < end && *v == ' ')
+        v++;
+    if (end - v >= 2 && v[0] == 't' && v[1] == '=')
+        v += 2;
+    uint64_t whole = 0, frac = 0, scale = 1;
+    const char *digits = v;
+    while (v < end && *v >= '0' && *v <= '9' && v - digits < 19)
+        whole = whole * 10 + (uint64_t)(*v++ - '0');
+    if (v == digits)
+        return 0;
+    uint64_t stamp; /* ns since the epoch */
+    if (v < end && *v == '.') {
+        for (v++; v < end && *v >= '0' && *v <= '9'; v++)
+            if (scale < 1000000000ull) {
+                frac = frac * 10 + (uint64_t)(*v - '0');
+                scale *= 10;
+            }
+        stamp = whole * 1000000000ull + frac * (1000000000ull / scale);
+    } else {
+        stamp = whole >= 100000000000000000ull ? whole
+                : whole >= 100000000000000ull  ? whole * 1000ull
+                : whole >= 100000000000ull     ? whole * 1000000ull
+                                               : whole * 1000000000ull;
+    }
+    while (v < end && *v == ' ')
+        v++;
+    if (v != end)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t real = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, mono = wspool_now_ns();
+    uint64_t age = real > stamp ? real - stamp : 0;
+    if (age > 60000000000ull || age >= mono)
+        return 0;
+    return mono - age;
+}
+
 /* Per-request control: the submission options of `j`. */
 static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sleep_lane,
                               wspool_submit_opts *so)
@@ -331,9 +381,10 @@ static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sl
         so->priority = WSPOOL_PRIORITY_HIGH;
     uint64_t d = j->deadline_ms ? j->deadline_ms : o->work_deadline_ms;
     if (j->kind == J_WORK && d) {
-        /* Due in d ms: start by then minus the reserve (at once, if the reserve is longer). */
+        /* Due d ms after its start: start the work by then minus the reserve (a deadline already
+         * past is accepted, and the request expires where a worker meets it). */
         uint64_t due = d * 1000000ull, reserve = http_work_reserve_ns < due ? http_work_reserve_ns : due - 1;
-        so->deadline_ns = wspool_now_ns() + due - reserve;
+        so->deadline_ns = (j->start_ns ? j->start_ns : wspool_now_ns()) + due - reserve;
     }
     j->deadline_ns = so->deadline_ns;
     if (j->kind == J_SLEEP)

@@ -120,6 +120,9 @@ static void on_request(struct evhttp_request *req, void *ctx)
     http_job *j = malloc(sizeof *j);
     *j = tmp;
     j->conn = req;
+    const char *stamp = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Start");
+    if (stamp)
+        j->start_ns = http_request_start_ns(stamp, strlen(stamp));
     wspool_submit_opts so;
     http_request_opts(&O, j, sleep_lane, &so);
     if (wspool_cq_submit_ex(cq, http_job_run, on_done, j, &so) != WSPOOL_OK) { /* glue */

@@ -168,15 +168,24 @@ static void on_cq_readable(uv_poll_t *h, int status, int events)
     wspool_cq_drain(cq, 0); /* glue: run the done callbacks here, on the loop */
 }
 
-static bool header_is(const char *h, const char *end, const char *name, const char *value)
+/* The value of header line [h, end) if it is `name`'s (length in *len), else NULL. */
+static const char *header_value(const char *h, const char *end, const char *name, size_t *len)
 {
-    size_t nl = strlen(name), vl = strlen(value);
+    size_t nl = strlen(name);
     if ((size_t)(end - h) < nl + 1 || strncasecmp(h, name, nl) != 0 || h[nl] != ':')
-        return false;
+        return NULL;
     h += nl + 1;
     while (h < end && *h == ' ')
         h++;
-    return (size_t)(end - h) >= vl && strncasecmp(h, value, vl) == 0;
+    *len = (size_t)(end - h);
+    return h;
+}
+
+static bool header_is(const char *h, const char *end, const char *name, const char *value)
+{
+    size_t len, vl = strlen(value);
+    const char *v = header_value(h, end, name, &len);
+    return v && len >= vl && strncasecmp(v, value, vl) == 0;
 }
 
 /* Parses one request out of c->in if it is complete, and starts it. */
@@ -208,9 +217,14 @@ static void process_next(conn *c)
     bool http11 = (size_t)(line_end - sp2 - 1) == 8 && memcmp(sp2 + 1, "HTTP/1.1", 8) == 0;
     c->keep_alive = http11;
     bool has_body = false;
+    uint64_t start_ns = 0;
     for (char *h = line_end + 2; h < end;) {
         char *e = memmem(h, (size_t)(end + 2 - h), "\r\n", 2);
-        if (header_is(h, e, "Connection", "close"))
+        size_t vl;
+        const char *v = header_value(h, e, "X-Request-Start", &vl);
+        if (v)
+            start_ns = http_request_start_ns(v, vl);
+        else if (header_is(h, e, "Connection", "close"))
             c->keep_alive = false;
         else if (header_is(h, e, "Connection", "keep-alive"))
             c->keep_alive = true;
@@ -225,6 +239,7 @@ static void process_next(conn *c)
     }
     uv_job *u = calloc(1, sizeof *u);
     http_route(sp1 + 1, (size_t)(sp2 - sp1 - 1), &u->j);
+    u->j.start_ns = start_ns;
     if (u->j.kind == J_DEBUG_POOL) {
         size_t len = 0;
         char *text = http_dump_text(pool, &len);

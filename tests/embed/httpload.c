@@ -11,7 +11,10 @@
  * on schedule, or as soon as its previous response arrived if it is late);
  * 0 = closed loop (send again as soon as the response arrived). Latency is
  * from just before the request's send() to the epoll wake-up that delivered
- * the response's last byte. One line per group on stdout:
+ * the response's last byte. Each request carries X-Request-Start: t=<us since
+ * the epoch>, stamped at its send, as a proxy in front of a server stamps it
+ * (the HTTP examples count a /work deadline from it). One line per group on
+ * stdout:
  *   path=... sent=N ok=N shed=N other=N ok_p50_us= ok_p99_us= shed_p50_us= shed_p99_us= shed_max_us=
  * Single-threaded epoll; loopback only.
  */
@@ -38,8 +41,6 @@ typedef struct group {
     const char *path;
     int conns;
     double rate;
-    char req[512];
-    int req_len;
     unsigned long long sent, ok, shed, other;
     lat ok_lat, shed_lat;
 } group;
@@ -119,7 +120,6 @@ int main(int argc, char **argv)
         gs[i].conns = atoi(spec);
         gs[i].rate = atof(a + 1);
         gs[i].path = b + 1;
-        gs[i].req_len = snprintf(gs[i].req, sizeof gs[i].req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b + 1);
         total += gs[i].conns;
     }
     cn *cs = calloc((size_t)total, sizeof *cs);
@@ -162,7 +162,16 @@ int main(int argc, char **argv)
                  * the loop's `now` would charge the server for this client's
                  * earlier sends. */
                 int64_t at = now_ns();
-                if (send(c->fd, g->req, (size_t)g->req_len, MSG_NOSIGNAL) != g->req_len) {
+                struct timespec real;
+                clock_gettime(CLOCK_REALTIME, &real);
+                char req[600];
+                int req_len = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Start: t=%lld\r\n\r\n",
+                                       g->path, (long long)real.tv_sec * 1000000 + real.tv_nsec / 1000);
+                if (req_len >= (int)sizeof req) {
+                    fprintf(stderr, "httpload: path too long\n");
+                    return 2;
+                }
+                if (send(c->fd, req, (size_t)req_len, MSG_NOSIGNAL) != req_len) {
                     perror("send");
                     return 1;
                 }
