@@ -163,6 +163,31 @@ def hang_up_on_sleeps(s, n, ms, pause=0.0, reset_every_other=False, done_metric=
         time.sleep(0.05)
 
 
+def hang_ups_cancel_queued_sleeps(s, done_metric):
+    """12 clients send /sleep?ms=2000 into a lane of 2 and hang up at once; a
+    server that watches its connections cancels the queued ones. Returns the
+    metrics once all 12 ended."""
+    m = hang_up_on_sleeps(s, 12, 2000, done_metric=done_metric)
+    # At least one: the lane starts at most 2 per 2 s. Up to all 12: the
+    # loop may see a hang-up before a worker starts even the first two.
+    assert 1 <= m["http_cancelled_client_gone"] <= 12, m
+    # Each ended once in the pool: cancelled by its hang-up, or run.
+    assert m["wspool_cancelled_tasks"] == m["http_cancelled_client_gone"], m
+    assert m["wspool_cancelled_tasks"] + m["wspool_completed_tasks"] == 12, m
+    assert m["http_sleep_max_concurrent"] <= 2, m
+    return m
+
+
+def read_to_eof(k):
+    """Everything the server sends on socket k until it closes it."""
+    data = b""
+    while True:
+        b = k.recv(4096)
+        if not b:
+            return data
+        data += b
+
+
 def test_clients_hang_up_mid_request(path):
     """Clients send /sleep and vanish (FIN or RST) while it runs: every done
     still runs once, the server keeps serving, and exits clean. Shedding is
@@ -192,17 +217,11 @@ def test_hang_up_cancels_queued_work(path):
     libevent server cannot cancel and only the done count is checked (with
     200 ms sleeps: there all 12 run)."""
     s = Server(path, "--threads", "2", "--target-us", "0")
-    ms = 2000 if "libuv" in path else 200
     try:
-        m = hang_up_on_sleeps(s, 12, ms)
         if "libuv" in path:
-            # At least one: the lane starts at most 2 per 2 s. Up to all 12: the
-            # loop may see a hang-up before a worker starts even the first two.
-            assert 1 <= m["http_cancelled_client_gone"] <= 12, m
-            # Each ended once in the pool: cancelled by its hang-up, or run.
-            assert m["wspool_cancelled_tasks"] == m["http_cancelled_client_gone"], m
-            assert m["wspool_cancelled_tasks"] + m["wspool_completed_tasks"] == 12, m
-            assert m["http_sleep_max_concurrent"] <= 2, m
+            hang_ups_cancel_queued_sleeps(s, "http_cq_done")
+        else:
+            hang_up_on_sleeps(s, 12, 200)
         assert curl(s.url + "/ping") == (200, "pong\n")
     finally:
         sub, done, _, _ = s.stop()
