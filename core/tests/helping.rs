@@ -320,10 +320,16 @@ fn a_parked_waiter_is_woken_for_its_regions_second_job() {
         .unwrap()
     };
     let ran_on = j2_seen.recv_timeout(Duration::from_secs(30));
+    // Who held what when J2 was missed: each thread's state, each queue.
+    let snapshot = ran_on.is_err().then(|| pool.dump().to_string());
     hold_j1.open();
     hold_p.open();
     watchdog(HANG, "T's wait ends once P is released", move || waiter.wait().unwrap());
-    assert!(ran_on.is_ok(), "J2 did not run while J1 and P were held: its region's waiter was not woken");
+    assert!(
+        ran_on.is_ok(),
+        "J2 did not run while J1 and P were held: its region's waiter was not woken\n{}",
+        snapshot.unwrap_or_default()
+    );
 }
 
 /// Two tasks on a 2-thread `Fixed` pool, each spawning `n` jobs with
