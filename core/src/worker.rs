@@ -117,9 +117,10 @@ impl WorkerThread {
     }
 
     /// Pushes onto the own deque; offers it to the pool only if the deque
-    /// was empty (rayon's rule: otherwise an earlier push already offered
-    /// work, and a recursion that keeps its deque non-empty pays no
-    /// wake-up check per fork). `notify_after_local_push` fences between
+    /// holds nothing else once it is pushed (rayon's rule: otherwise an
+    /// earlier push already offered work, and a recursion that keeps its
+    /// deque non-empty pays no wake-up check per fork).
+    /// `notify_after_local_push` fences between
     /// the push (a Release store) and the read of the sleep state: without
     /// that, push and a parking worker's re-scan can miss each other (store
     /// buffering), and the job then waits out the owner's current task,
@@ -128,9 +129,13 @@ impl WorkerThread {
     pub(crate) fn push_and_wake(&self, mut job: JobRef) {
         job.tag_if_unset(|| self.region.get());
         let region = job.tag();
-        let was_empty = self.deque.is_empty();
         self.deque.push(job);
-        if was_empty {
+        // Rayon's rule (wake only for a push onto an empty deque), with
+        // "empty" read after the push: read before it, a thief could empty
+        // the deque in between (this thread preempted there) while the
+        // worker woken for the earlier job searched and parked, and this
+        // job would wait behind this task with nobody woken for it.
+        if self.deque.holds_at_most_one() {
             self.offer_pushed_work(region);
         } else {
             self.offer_to_waiter(region);
@@ -147,9 +152,8 @@ impl WorkerThread {
     #[inline(always)]
     pub(crate) fn push_new_and_wake(&self, make: impl FnOnce() -> JobRef) {
         let region = self.region.get();
-        let was_empty = self.deque.is_empty();
         self.deque.push_with(|| make().tagged(region));
-        if was_empty {
+        if self.deque.holds_at_most_one() {
             self.offer_pushed_work(region);
         } else {
             self.offer_to_waiter(region);

@@ -51,6 +51,11 @@ impl Deque {
         fence(SeqCst);
         self.0.load(Acquire) == 0
     }
+    /// The owner's look right after its push (`Worker::holds_at_most_one`:
+    /// its own `back`, and `front` with SeqCst).
+    fn holds_at_most_one(&self) -> bool {
+        self.0.load(SeqCst) <= 1
+    }
 }
 
 /// The global injector: its push reserves a slot with a SeqCst CAS, which
@@ -429,6 +434,74 @@ fn non_empty_region_push_wakes_its_parked_waiter() {
         sleep.notify_waiter_for_push(7);
         done.wait();
         waiter.join().unwrap();
+    });
+}
+
+/// A lost wake-up a loaded CI run found (`helping.rs`,
+/// `a_parked_waiter_is_woken_for_its_regions_second_job`): a pool thread
+/// pushes J1 onto its empty deque (fenced: it wakes the idle worker and the
+/// parked waiter of its region), then J2. Whoever takes J1 blocks in it
+/// until J2 has run. The waiter may take J1 while the idle worker, woken as
+/// a searcher, looks before J2 is pushed, finds nothing and parks again.
+/// J2's push must then wake it: `push_and_wake` reads "was the deque empty"
+/// after the push, so a J1 taken in between counts. With the read before
+/// the push (J1 still there), as it was, the push takes the no-wake path
+/// and loom reports "deadlock" on this model (checked when the model was
+/// written; `should_panic` cannot catch loom's deadlock report, which
+/// aborts while unwinding).
+#[test]
+fn second_push_after_a_thief_emptied_the_deque_wakes_the_idle_worker() {
+    loom::model(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let deque = Arc::new(Deque::default());
+        let done = Arc::new(Done::default());
+        let taken = Arc::new(AtomicUsize::new(0));
+        // Runs a job just taken: the first one blocks until the second ran.
+        let run = {
+            let (taken, done) = (taken.clone(), done.clone());
+            Arc::new(move || {
+                if taken.fetch_add(1, SeqCst) == 0 {
+                    done.wait();
+                } else {
+                    done.set();
+                }
+            })
+        };
+        let (s, d, r) = (sleep.clone(), deque.clone(), run.clone());
+        let waiter = thread::spawn(move || {
+            loop {
+                if d.take() {
+                    r();
+                    return;
+                }
+                s.park_waiter(0, 7, None, || !d.is_empty());
+            }
+        });
+        let (s, d, r) = (sleep.clone(), deque.clone(), run.clone());
+        let idle = thread::spawn(move || {
+            let take = || {
+                let got = d.take();
+                if got {
+                    r();
+                }
+                got
+            };
+            worker_from(&s, &take, &|| !d.is_empty(), 1, 1, false, false);
+        });
+        while sleep.waiters() == 0 {
+            thread::yield_now();
+        }
+        deque.push();
+        sleep.notify_after_local_push(7);
+        deque.push();
+        if deque.holds_at_most_one() {
+            sleep.notify_after_local_push(7);
+        } else {
+            sleep.notify_waiter_for_push(7);
+        }
+        done.wait();
+        waiter.join().unwrap();
+        idle.join().unwrap();
     });
 }
 

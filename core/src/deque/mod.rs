@@ -367,6 +367,17 @@ impl<T> Worker<T> {
         back.wrapping_sub(front) as isize <= 0
     }
 
+    /// True if the deque holds at most one value: right after a push, that
+    /// the push found it empty as it is now, whatever a thief took since an
+    /// earlier look (`WorkerThread::push_and_wake` decides its wake-up with
+    /// it). The same loads as [`Worker::is_empty`].
+    #[inline]
+    pub fn holds_at_most_one(&self) -> bool {
+        let back = self.inner.back.load(Relaxed);
+        let front = self.inner.head.front.load(SeqCst);
+        back.wrapping_sub(front) as isize <= 1
+    }
+
     /// Makes room for `extra` more values beyond the current length.
     fn reserve(&self, extra: usize) {
         let back = self.inner.back.load(Relaxed);

@@ -33,6 +33,24 @@ fn lifo_pops_newest_and_thieves_take_oldest() {
     assert!(w.is_empty() && w.stealer().is_empty());
 }
 
+/// The owner's look after a push counts what a thief took before it.
+#[test]
+fn holds_at_most_one_sees_a_steal_since_the_last_push() {
+    let w = Worker::new_lifo();
+    assert!(w.holds_at_most_one());
+    w.push(1);
+    assert!(w.holds_at_most_one());
+    w.push(2);
+    assert!(!w.holds_at_most_one());
+    assert_eq!(w.stealer().steal(), Steal::Success(1));
+    assert!(w.holds_at_most_one(), "a thief took the older value: one left");
+    w.push(3);
+    assert!(!w.holds_at_most_one());
+    assert_eq!(w.pop(), Some(3));
+    assert_eq!(w.pop(), Some(2));
+    assert!(w.holds_at_most_one() && w.is_empty());
+}
+
 #[test]
 fn fifo_pops_oldest() {
     let w = Worker::new_fifo();
