@@ -43,6 +43,8 @@
 #define _GNU_SOURCE
 #include <libwspool.h>
 
+#include "http_deadline.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -301,73 +303,10 @@ static void http_on_signal(void *ctx, int s)
     }
 }
 
-/* A /work deadline is the time its answer is due. The pool's deadline is when the work must
- * *start*, so the server submits with the answer's deadline minus a reserve: what a request
- * needs once its work begins (the run, the wait for the loop to drain it, the write). The
- * reserve is learnt from served /work requests, from the work's start to the moment its reply
- * is handed to the kernel (each server calls this from its write-completion callback), as a
- * high quantile: it rises by a quarter of the gap at once and falls by 1/256 of it per request,
- * so it sits above nearly every sample. Loop thread only. */
-static uint64_t http_work_reserve_ns = 1000000; /* 1 ms until learnt */
-
-static void http_learn_reserve(uint64_t work_started_ns)
-{
-    if (!work_started_ns)
-        return;
-    uint64_t took = wspool_now_ns() - work_started_ns, r = http_work_reserve_ns;
-    http_work_reserve_ns = took > r ? r + (took - r) / 4 : r - (r - took) / 256;
-}
-
 /* When the reply to `j` goes out, the reserve learns from it: /work with a deadline that ran, else 0. */
 static uint64_t http_reply_teaches(const http_job *j, int status)
 {
     return j->kind == J_WORK && status == WSPOOL_CQ_RAN ? j->started_ns : 0;
-}
-
-/* X-Request-Start, the header a load balancer or proxy stamps a request with as it forwards it
- * (Heroku's router, nginx's "t=${msec}"): "t=" (optional) and the time since the epoch, in s
- * with a fraction, else in s, ms, us or ns by magnitude. Returns when the request started, on
- * wspool_now_ns's clock, so that a deadline counts the time the request waited before this
- * server read it; 0 (ignored) when unreadable or more than a minute old. A stamp from the
- * future (clocks a little apart) is "now". */
-static uint64_t http_request_start_ns(const char *v, size_t len)
-{
-    const char *end = v + len;
-    while (v < end && *v == ' ')
-        v++;
-    if (end - v >= 2 && v[0] == 't' && v[1] == '=')
-        v += 2;
-    uint64_t whole = 0, frac = 0, scale = 1;
-    const char *digits = v;
-    while (v < end && *v >= '0' && *v <= '9' && v - digits < 19)
-        whole = whole * 10 + (uint64_t)(*v++ - '0');
-    if (v == digits)
-        return 0;
-    uint64_t stamp; /* ns since the epoch */
-    if (v < end && *v == '.') {
-        for (v++; v < end && *v >= '0' && *v <= '9'; v++)
-            if (scale < 1000000000ull) {
-                frac = frac * 10 + (uint64_t)(*v - '0');
-                scale *= 10;
-            }
-        stamp = whole * 1000000000ull + frac * (1000000000ull / scale);
-    } else {
-        stamp = whole >= 100000000000000000ull ? whole
-                : whole >= 100000000000000ull  ? whole * 1000ull
-                : whole >= 100000000000ull     ? whole * 1000000ull
-                                               : whole * 1000000000ull;
-    }
-    while (v < end && *v == ' ')
-        v++;
-    if (v != end)
-        return 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t real = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, mono = wspool_now_ns();
-    uint64_t age = real > stamp ? real - stamp : 0;
-    if (age > 60000000000ull || age >= mono)
-        return 0;
-    return mono - age;
 }
 
 /* Per-request control: the submission options of `j`. */
@@ -381,10 +320,7 @@ static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sl
         so->priority = WSPOOL_PRIORITY_HIGH;
     uint64_t d = j->deadline_ms ? j->deadline_ms : o->work_deadline_ms;
     if (j->kind == J_WORK && d) {
-        /* Due d ms after its start: start the work by then minus the reserve (a deadline already
-         * past is accepted, and the request expires where a worker meets it). */
-        uint64_t due = d * 1000000ull, reserve = http_work_reserve_ns < due ? http_work_reserve_ns : due - 1;
-        so->deadline_ns = (j->start_ns ? j->start_ns : wspool_now_ns()) + due - reserve;
+        so->deadline_ns = http_work_start_by_ns(j->start_ns, d);
     }
     j->deadline_ns = so->deadline_ns;
     if (j->kind == J_SLEEP)

@@ -4,7 +4,9 @@
 //
 //   /ping          "pong"
 //   /work?n=N      N rounds of splitmix64, the digest in hex (N <= 100000000);
-//                  &deadline_ms=D: answered 503 "expired" if its work has not started by then
+//                  &deadline_ms=D: due D ms after the request's start (its
+//                  X-Request-Start stamp, else its arrival), answered 503
+//                  "expired" if its work has not started in time to make that
 //   /sleep?ms=M    "slept" after M ms inside a wspool::blocking_region (M <= 60000)
 //   /metrics       OpenMetrics: the pool's stats and the server's counters (on the loop)
 //
@@ -16,8 +18,10 @@
 //   pool     on wspool (default), the response going back to the loop with
 //            asio::post(ioc, ...). Per request, as the C examples do (issue 29):
 //            /ping at wspool::priority::high, /work with its deadline
-//            (?deadline_ms, else --work-deadline-ms; none by default: here the
-//            work must *start* by it), /sleep in a wspool::lane of
+//            (?deadline_ms, else --work-deadline-ms; none by default), the
+//            pool's deadline being the due time less a learnt reserve
+//            (examples-c/http_deadline.h, shared with the C examples),
+//            /sleep in a wspool::lane of
 //            --sleep-lane (default 2: at most 2 sleep at once, the rest wait
 //            without a thread). A client that hangs up while its /work or
 //            /sleep is queued gets that work cancelled (wspool::task::cancel):
@@ -35,6 +39,7 @@
 // and exits 3 if a submitted request's ending (its response, its expiry or
 // its cancellation) never came back to the loop.
 #include "wspool.hpp"
+#include "../examples-c/http_deadline.h"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -79,6 +84,7 @@ struct job {
     kind k = kind::not_found;
     uint64_t n = 0;
     uint64_t deadline_ms = 0;  // /work?deadline_ms=D; 0: the server's default
+    uint64_t start_ns = 0;     // X-Request-Start on wspool_now_ns()'s clock; 0: none
 };
 
 bool query_u64(const std::string& q, const char* key, uint64_t max, uint64_t* out) {
@@ -225,25 +231,27 @@ struct server;
 /// deadline passed, or the loop cancelled it for a client that hung up) posts
 /// that ending instead (wspool::cancel_reason tells which). The loop hears
 /// once either way, and the work guard keeps ioc.run() going until it has.
+/// A ran ending carries when the handler started (wspool_now_ns), for the
+/// deadline reserve to learn from.
 class reply {
 public:
-    using done_fn = std::function<void(ending, std::string)>;
+    using done_fn = std::function<void(ending, std::string, uint64_t started_ns)>;
     reply(asio::io_context& ioc, done_fn done) : ioc_(&ioc), done_(std::move(done)), guard_(asio::make_work_guard(ioc)) {}
     reply(reply&& o) noexcept : ioc_(std::exchange(o.ioc_, nullptr)), done_(std::move(o.done_)), guard_(std::move(o.guard_)) {}
     reply(const reply&) = delete;
     ~reply() {
         if (ioc_)
-            back(wspool::cancel_reason() == wspool::task_state::expired ? ending::expired : ending::cancelled, "");
+            back(wspool::cancel_reason() == wspool::task_state::expired ? ending::expired : ending::cancelled, "", 0);
     }
-    void send(std::string body) { back(ending::ran, std::move(body)); }
+    void send(std::string body, uint64_t started_ns) { back(ending::ran, std::move(body), started_ns); }
 
 private:
-    void back(ending e, std::string body) {
+    void back(ending e, std::string body, uint64_t started_ns) {
         asio::io_context* ioc = std::exchange(ioc_, nullptr);
-        asio::post(*ioc, [e, d = std::move(done_), body = std::move(body), g = std::move(guard_)]() mutable {
+        asio::post(*ioc, [e, d = std::move(done_), body = std::move(body), started_ns, g = std::move(guard_)]() mutable {
             C.done++;
             if (e == ending::expired) C.expired++;
-            d(e, std::move(body));
+            d(e, std::move(body), started_ns);
         });
     }
     asio::io_context* ioc_;
@@ -265,7 +273,7 @@ private:
     void read();
     void on_request();
     void watch_for_hang_up(unsigned request);
-    void respond(unsigned status, std::string body, const char* type = "text/plain");
+    void respond(unsigned status, std::string body, const char* type = "text/plain", uint64_t teaches_ns = 0);
     tcp::socket sock_;
     server& srv_;
     beast::flat_buffer buf_;
@@ -307,11 +315,14 @@ struct server {
     // loop, once. Returns the handler's task when it can be cancelled.
     wspool::task<void> offload(const job& j, reply::done_fn done) {
         if (opt.m == mode::inline_) {
-            done(ending::ran, run_job(j));
+            done(ending::ran, run_job(j), 0);
             return {};
         }
         C.submitted++;
-        auto handler = [j, r = reply(ioc, std::move(done))]() mutable { r.send(run_job(j)); };
+        auto handler = [j, r = reply(ioc, std::move(done))]() mutable {
+            uint64_t started = http_now_ns();
+            r.send(run_job(j), started);
+        };
         if (opt.m == mode::threads) {  // its queue holds std::function, which copies: share the handler
             threads->post([h = std::make_shared<decltype(handler)>(std::move(handler))] { (*h)(); });
             return {};
@@ -326,7 +337,7 @@ struct server {
             return {};
         case kind::work: {
             wspool::options o;
-            if (uint64_t d = j.deadline_ms ? j.deadline_ms : opt.work_deadline_ms) o.deadline_in(std::chrono::milliseconds(d));
+            if (uint64_t d = j.deadline_ms ? j.deadline_ms : opt.work_deadline_ms) o.deadline_ns(http_work_start_by_ns(j.start_ns, d));
             return pool.submit_with(o, std::move(handler));
         }
         default:
@@ -384,6 +395,8 @@ void session::watch_for_hang_up(unsigned request) {
 void session::on_request() {
     C.requests++;
     job j = route(req_.target());
+    auto stamp = req_.find("X-Request-Start");
+    if (stamp != req_.end()) j.start_ns = http_request_start_ns(stamp->value().data(), stamp->value().size());
     switch (j.k) {
     case kind::metrics: {
         std::string text = srv_.pool.openmetrics();
@@ -420,7 +433,8 @@ void session::on_request() {
     }
     busy_ = true;
     unsigned request = ++requests_;
-    queued_ = srv_.offload(j, [self = shared_from_this()](ending e, std::string body) {
+    queued_ = srv_.offload(j, [self = shared_from_this(), work = j.k == kind::work](ending e, std::string body,
+                                                                                   uint64_t started_ns) {
         self->busy_ = false;
         self->queued_ = {};
         beast::error_code ec;
@@ -431,13 +445,15 @@ void session::on_request() {
         } else if (e == ending::expired) {
             self->respond(503, "expired\n");
         } else {
-            self->respond(200, std::move(body));
+            self->respond(200, std::move(body), "text/plain", work ? started_ns : 0);
         }
     });
     if (busy_ && queued_.valid()) watch_for_hang_up(request);
 }
 
-void session::respond(unsigned status, std::string body, const char* type) {
+// teaches_ns: when a /work handler that ran started; its reply, once written,
+// teaches the deadline reserve (http_learn_reserve).
+void session::respond(unsigned status, std::string body, const char* type, uint64_t teaches_ns) {
     res_ = {};
     res_.version(req_.version());
     res_.result(status);
@@ -446,7 +462,8 @@ void session::respond(unsigned status, std::string body, const char* type) {
     res_.body() = std::move(body);
     res_.prepare_payload();
     auto self = shared_from_this();
-    http::async_write(sock_, res_, [self](beast::error_code ec, std::size_t) {
+    http::async_write(sock_, res_, [self, teaches_ns](beast::error_code ec, std::size_t) {
+        if (!ec) http_learn_reserve(teaches_ns);
         if (ec || !self->res_.keep_alive()) {
             self->close();
             self->srv_.sessions.erase(self);

@@ -33,6 +33,8 @@ CPP_ASAN_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:hal
 # The library's own TSan suppression (ffi/pkg/tsan.supp, see mk/c.mk).
 CPP_TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 suppressions=$(abspath ffi/pkg/tsan.supp)"
 CPP_HTTP_PY := target/embed/venv/bin/python
+# The Beast example shares the C examples' request deadline (X-Request-Start, the reserve).
+CPP_BEAST_HDRS := examples-c/http_deadline.h
 
 EXAMPLE_TARGETS += cpp-examples
 TEST_TARGETS += test-cpp
@@ -51,9 +53,9 @@ cpp-deps:
 	      || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; }; \
 	  else echo "cpp-deps: missing$$missing; run: sudo apt-get install$$missing"; exit 1; fi; fi
 
-# $(call cpp_prog,OUT,SRC,FLAGS): one C++ program, rebuilt when its source or a header changes.
+# $(call cpp_prog,OUT,SRC,FLAGS[,MORE_HDRS]): one C++ program, rebuilt when its source or a header changes.
 define cpp_prog
-$(1): $(2) $(CPP_HDRS) | cpp-deps c-build
+$(1): $(2) $(CPP_HDRS) $(4) | cpp-deps c-build
 	@mkdir -p $$(dir $$@)
 	$$(CPP_CXX) $$(CPP_FLAGS) $(3) $$< -o $$@ $$(CPP_LINK)
 endef
@@ -65,9 +67,9 @@ $(foreach t,$(CPP_TESTS),$(eval $(call cpp_prog,$(CPP_BIN)/$(t)_tsan,tests/cpp/$
 $(eval $(call cpp_prog,$(CPP_BIN)/test_alloc,tests/cpp/test_alloc.cpp,-O2))
 $(eval $(call cpp_prog,$(CPP_BIN)/flood_cpp,tests/cpp/flood_cpp.cpp,-O2))
 $(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/hello,examples-cpp/hello.cpp,-O2))
-$(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/http_beast,examples-cpp/http_beast.cpp,-O2))
-$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_asan,examples-cpp/http_beast.cpp,$(CPP_ASAN)))
-$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_tsan,examples-cpp/http_beast.cpp,$(CPP_TSAN)))
+$(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/http_beast,examples-cpp/http_beast.cpp,-O2,$(CPP_BEAST_HDRS)))
+$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_asan,examples-cpp/http_beast.cpp,$(CPP_ASAN),$(CPP_BEAST_HDRS)))
+$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_tsan,examples-cpp/http_beast.cpp,$(CPP_TSAN),$(CPP_BEAST_HDRS)))
 
 cpp-examples: c-lib $(CPP_EXAMPLE_BIN)/hello $(CPP_EXAMPLE_BIN)/http_beast
 

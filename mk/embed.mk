@@ -52,7 +52,7 @@ test-embed: test-embed-c test-embed-http
 EMBED_SERVERS := http_libuv http_libevent
 EMBED_LIBS_http_libuv := -luv
 EMBED_LIBS_http_libevent := -levent
-EMBED_HDRS := examples-c/http_common.h $(C_HEADER)
+EMBED_HDRS := examples-c/http_common.h examples-c/http_deadline.h $(C_HEADER)
 EMBED_VENV := target/embed/venv
 EMBED_PY := $(EMBED_VENV)/bin/python
 # The OpenMetrics parser the tests validate /metrics with.

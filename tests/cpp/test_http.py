@@ -21,7 +21,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "embed"))
 from test_http import (  # noqa: E402
-    HANG_GUARD_S, Server, ab, curl, hang_ups_cancel_queued_sleeps, metrics, read_to_eof, work_digest)
+    HANG_GUARD_S, Server, ab, curl, hang_ups_cancel_queued_sleeps, metrics, read_to_eof,
+    stamped_deadlines_count_from_request_start, work_digest)
 
 
 def mode_args(mode):
@@ -166,6 +167,18 @@ def test_work_deadlines(path, mode):
     assert sub == done == 8
 
 
+def test_deadline_counts_from_request_start(path, mode):
+    """A /work deadline counts from the request's X-Request-Start stamp, as
+    in the C examples (the same test: a request stamped a second before and
+    due 20 ms after expires unrun; an unreadable or stale stamp is ignored)."""
+    s = Server(path, "--threads", "2", *mode_args(mode))
+    try:
+        stamped_deadlines_count_from_request_start(s, "http_expired")
+    finally:
+        sub, done, _, _ = s.stop()
+    assert sub == done == 7
+
+
 def test_hang_up_cancels_queued_work(path, mode):
     """12 clients send /sleep?ms=2000 into the lane of 2 and hang up at once:
     at most 2 start, the rest wait in the lane, and the loop, watching each
@@ -188,6 +201,7 @@ TESTS = {
     "shutdown": test_shutdown_with_requests_in_flight,
     "hangup": test_clients_hang_up_mid_request,
     "deadline": test_work_deadlines,
+    "request-start": test_deadline_counts_from_request_start,
     "hangup-cancel": test_hang_up_cancels_queued_work,
 }
 # inline runs handlers on the loop: nothing is handed off, so the shutdown

@@ -228,25 +228,32 @@ def test_hang_up_cancels_queued_work(path):
     assert sub == done == 13
 
 
-def test_deadline_counts_from_request_start(path):
-    """A /work deadline counts from the X-Request-Start stamp a proxy (or
-    the client) puts on the request: stamped a second ago and due 20 ms
-    after, it is late before the server reads it, so it never runs (503
-    "expired"); stamped now and due in 10 s, it runs. In us, ms or seconds
-    with a fraction (nginx's $msec); a stamp it cannot read, or more than a
-    minute old, is ignored (the deadline counts from when the server read
-    the request)."""
-    s = Server(path, "--threads", "2", "--target-us", "0")
+def stamped_deadlines_count_from_request_start(s, expired_metric):
+    """/work requests stamped with X-Request-Start: stamped a second ago and
+    due 20 ms after, each is late before the server reads it, so it never
+    runs (503 "expired"); stamped now and due in 10 s, it runs. In us, ms or
+    seconds with a fraction (nginx's $msec); a stamp the server cannot read,
+    or more than a minute old, is ignored (the deadline counts from when the
+    server read the request). Returns the metrics; the server's count of
+    expired requests is `expired_metric`."""
     digest = f"{work_digest(1000):016x}\n"
     late, due = "/work?n=1000&deadline_ms=20", "/work?n=1000&deadline_ms=10000"
+    a_second_ago = time.time() - 1
+    for stamp in (f"t={int(a_second_ago * 1e6)}", f"{int(a_second_ago * 1e3)}", f"t={a_second_ago:.3f}"):
+        assert curl(s.url + late, "-H", f"X-Request-Start: {stamp}") == (503, "expired\n"), stamp
+    for stamp in (f"t={int(time.time() * 1e6)}", "soon", f"t={int((time.time() - 120) * 1e6)}", "t=12x"):
+        assert curl(s.url + due, "-H", f"X-Request-Start: {stamp}") == (200, digest), stamp
+    m = metrics(s.url)
+    assert m[expired_metric] == 3 == m["wspool_expired_tasks"], m
+    return m
+
+
+def test_deadline_counts_from_request_start(path):
+    """A /work deadline counts from the X-Request-Start stamp a proxy (or
+    the client) puts on the request (stamped_deadlines_count_from_request_start)."""
+    s = Server(path, "--threads", "2", "--target-us", "0")
     try:
-        a_second_ago = time.time() - 1
-        for stamp in (f"t={int(a_second_ago * 1e6)}", f"{int(a_second_ago * 1e3)}", f"t={a_second_ago:.3f}"):
-            assert curl(s.url + late, "-H", f"X-Request-Start: {stamp}") == (503, "expired\n"), stamp
-        for stamp in (f"t={int(time.time() * 1e6)}", "soon", f"t={int((time.time() - 120) * 1e6)}", "t=12x"):
-            assert curl(s.url + due, "-H", f"X-Request-Start: {stamp}") == (200, digest), stamp
-        m = metrics(s.url)
-        assert m["http_cq_expired"] == 3 == m["wspool_expired_tasks"], m
+        stamped_deadlines_count_from_request_start(s, "http_cq_expired")
     finally:
         s.stop()
 
