@@ -29,13 +29,12 @@
  *           "expired")
  *   /sleep  in a lane of --sleep-lane N (default 2): at most N run at once,
  *           whatever threads the pool lends them
- * and a client that hangs up (libuv) has its queued /work or /sleep cancelled
+ * and a client that hangs up has its queued /work or /sleep cancelled
  * in the pool through the handle wspool_cq_submit_task returned
  * (http_cancelled_client_gone; with --uv-work, uv_cancel); one already
  * started skips its work if it has not begun it (http_skipped_client_gone).
- * evhttp stops reading a connection while its request is out, so the
- * libevent server learns of a hang-up only when it writes the reply: there a
- * hang-up cancels nothing.
+ * libuv reads every connection; evhttp stops reading one while its request
+ * is out, so the libevent server watches that socket itself meanwhile.
  */
 #ifndef HTTP_COMMON_H
 #define HTTP_COMMON_H

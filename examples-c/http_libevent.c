@@ -5,8 +5,11 @@
  * The embedding glue is the lines marked "glue:" (docs/embedding.md shows
  * them): one queue, one persistent read event on its fd that drains it, a
  * submit per request, and a close at shutdown. evhttp owns the connections;
- * a client that hangs up while its request runs leaves the request alive
- * (evhttp detaches it), and its done callback's evhttp_send_reply frees it.
+ * a client that hangs up while its request is out leaves the request alive,
+ * and its done callback's evhttp_send_reply frees it. evhttp does not read a
+ * connection while its request is out, so the loop watches the socket itself
+ * meanwhile (on_maybe_hung_up): a client that hangs up has its queued /work
+ * or /sleep cancelled in the pool.
  *
  * SIGINT/SIGTERM: the queue is closed with CANCEL (every pending done runs:
  * 503 for the ones that never started), evhttp is freed, the pool destroyed.
@@ -16,10 +19,12 @@
 #include "http_common.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 static wspool *pool;
 static wspool_cq *cq;
@@ -27,6 +32,13 @@ static struct event_base *base;
 static struct evhttp *http;
 static http_opts O;
 static wspool_serial *sleep_lane; /* /sleep's lane */
+
+/* A request out in the pool. */
+typedef struct ev_job {
+    http_job j;          /* first: http_job_run is handed this pointer */
+    wspool_task *task;   /* its handle, to cancel it if the client hangs up (not /ping, not --plain) */
+    struct event *watch; /* the hang-up watch on its connection while it is out; NULL: none */
+} ev_job;
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *body, size_t len)
 {
@@ -47,8 +59,11 @@ static void on_reply_sent(struct evhttp_request *req, void *arg)
 /* Runs on the loop thread, exactly once per accepted request. */
 static void on_done(void *arg, int status)
 {
-    http_job *j = arg;
+    ev_job *e = arg;
+    http_job *j = &e->j;
     struct evhttp_request *req = j->conn;
+    if (e->watch)
+        event_free(e->watch);
     atomic_fetch_add(&HC.done, 1);
     http_count_done(j, status);
     if (evhttp_request_get_connection(req) == NULL)
@@ -63,7 +78,43 @@ static void on_done(void *arg, int status)
         atomic_fetch_add(&HC.done_cancelled, 1);
         reply(req, 503, "Service Unavailable", "cancelled\n", 10);
     }
-    free(j);
+    wspool_task_release(e->task); /* NULL-safe */
+    free(e);
+}
+
+/* The connection of a request that is out became readable: end of stream or a reset means the
+ * client hung up, and its work, if no worker has started it, is cancelled in the pool (its done
+ * comes with WSPOOL_CQ_CANCELLED at the next drain; one that started skips its work if it has
+ * not begun it). Bytes of a pipelined request are evhttp's, once this request is answered: the
+ * watch stops. */
+static void on_maybe_hung_up(evutil_socket_t fd, short ev, void *arg)
+{
+    (void)ev;
+    ev_job *e = arg;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        event_add(e->watch, NULL);
+        return;
+    }
+    if (n > 0)
+        return; /* a pipelined request, not a hang-up */
+    atomic_store_explicit(&e->j.gone, true, memory_order_relaxed);
+    if (wspool_task_cancel(e->task) == WSPOOL_OK)
+        atomic_fetch_add(&HC.cancelled_client_gone, 1);
+}
+
+/* Watches the connection of `e`'s request while it is out (on_maybe_hung_up). */
+static void watch_for_hang_up(ev_job *e, struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd < 0)
+        return;
+    e->watch = event_new(base, fd, EV_READ, on_maybe_hung_up, e);
+    if (e->watch)
+        event_add(e->watch, NULL);
 }
 
 static void on_cq_readable(evutil_socket_t fd, short ev, void *ctx)
@@ -117,7 +168,8 @@ static void on_request(struct evhttp_request *req, void *ctx)
         reply(req, 503, "Service Unavailable", "overloaded\n", 11);
         return;
     }
-    http_job *j = malloc(sizeof *j);
+    ev_job *e = calloc(1, sizeof *e);
+    http_job *j = &e->j;
     *j = tmp;
     j->conn = req;
     const char *stamp = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Start");
@@ -125,12 +177,17 @@ static void on_request(struct evhttp_request *req, void *ctx)
         j->start_ns = http_request_start_ns(stamp, strlen(stamp));
     wspool_submit_opts so;
     http_request_opts(&O, j, sleep_lane, &so);
-    if (wspool_cq_submit_ex(cq, http_job_run, on_done, j, &so) != WSPOOL_OK) { /* glue */
-        free(j);
+    /* A handle only where a hang-up can save work (not /ping, and not with --plain). */
+    int rc = http_cancellable(&O, j) ? wspool_cq_submit_task(cq, http_job_run, on_done, e, &so, &e->task)
+                                     : wspool_cq_submit_ex(cq, http_job_run, on_done, e, &so); /* glue */
+    if (rc != WSPOOL_OK) {
+        free(e);
         atomic_fetch_add(&HC.shed_refused, 1);
         reply(req, 503, "Service Unavailable", "refused\n", 8);
         return;
     }
+    if (e->task)
+        watch_for_hang_up(e, req);
     http_count_submitted();
 }
 
