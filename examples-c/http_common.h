@@ -326,6 +326,17 @@ static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sl
         so->serial = sleep_lane;
 }
 
+/* The client of `j` hung up (loop thread): the pool skips its work if it has not begun it, and
+ * `task` (NULL: none) is cancelled if no worker has started it. True if that cancel took. */
+static bool http_client_hung_up(http_job *j, wspool_task *task)
+{
+    atomic_store_explicit(&j->gone, true, memory_order_relaxed);
+    if (!task || wspool_task_cancel(task) != WSPOOL_OK)
+        return false;
+    atomic_fetch_add(&HC.cancelled_client_gone, 1);
+    return true;
+}
+
 /* Does `j` get a task handle, to be cancelled if its client hangs up? Work a hang-up can save:
  * /work and /sleep, not /ping (it costs less than the handle); nothing with --plain. */
 static inline bool http_cancellable(const http_opts *o, const http_job *j) { return !o->plain && j->kind != J_PING; }

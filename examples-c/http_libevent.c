@@ -99,9 +99,7 @@ static void on_maybe_hung_up(evutil_socket_t fd, short ev, void *arg)
     }
     if (n > 0)
         return; /* a pipelined request, not a hang-up */
-    atomic_store_explicit(&e->j.gone, true, memory_order_relaxed);
-    if (wspool_task_cancel(e->task) == WSPOOL_OK)
-        atomic_fetch_add(&HC.cancelled_client_gone, 1);
+    http_client_hung_up(&e->j, e->task);
 }
 
 /* Watches the connection of `e`'s request while it is out (on_maybe_hung_up). */

@@ -71,10 +71,7 @@ static void conn_close(conn *c)
      * (or, with --plain, has no handle) sees `gone` and skips its work if it has not begun it. */
     uv_job *u = c->inflight;
     if (u) {
-        atomic_store_explicit(&u->j.gone, true, memory_order_relaxed);
-        if (u->task && wspool_task_cancel(u->task) == WSPOOL_OK)
-            atomic_fetch_add(&HC.cancelled_client_gone, 1);
-        else if (O.uv_work && uv_cancel((uv_req_t *)&u->w) == 0)
+        if (!http_client_hung_up(&u->j, u->task) && O.uv_work && uv_cancel((uv_req_t *)&u->w) == 0)
             atomic_fetch_add(&HC.cancelled_client_gone, 1);
     }
     uv_close((uv_handle_t *)&c->tcp, on_closed);
