@@ -155,6 +155,8 @@ typedef struct http_counters {
      * work; a thread preempted in between starts it later), /sleep requests running now and the
      * most at once. */
     atomic_ullong started_late, started_late_max_us, sleeping, sleeping_max;
+    /* Loop thread: /work replies with a deadline written after their answer was due. */
+    atomic_ullong answered_late;
 } http_counters;
 
 static http_counters HC;
@@ -169,7 +171,7 @@ typedef struct http_job {
     uint64_t deadline_ms; /* /work?deadline_ms=N; 0 = the server's default */
     uint64_t start_ns;    /* X-Request-Start on the wspool_now_ns clock; 0 = none (when read) */
     uint64_t deadline_ns; /* the submission's deadline (wspool_now_ns clock); 0 = none */
-    uint64_t started_ns;  /* when its work began (with a deadline only), for the reserve */
+    uint64_t due_ns;      /* /work with a deadline: when its answer is due (wspool_now_ns clock); 0 = none */
     atomic_bool gone;     /* the client hung up: do nothing when the pool gets here */
     bool skipped;
     char body[32];
@@ -199,7 +201,6 @@ static void http_job_run(void *arg)
         return;
     }
     uint64_t now = j->deadline_ns ? wspool_now_ns() : 0; /* no clock read without a deadline */
-    j->started_ns = now;
     if (now > j->deadline_ns && j->deadline_ns) { /* an independent check of the pool's rule */
         atomic_fetch_add(&HC.started_late, 1);
         unsigned long long late = (now - j->deadline_ns) / 1000, seen = atomic_load(&HC.started_late_max_us);
@@ -302,10 +303,11 @@ static void http_on_signal(void *ctx, int s)
     }
 }
 
-/* When the reply to `j` goes out, the reserve learns from it: /work with a deadline that ran, else 0. */
+/* When the reply to `j` goes out, the reserve learns from it (http_learn_reserve): its due time if
+ * it is /work with a deadline that ran, else 0. */
 static uint64_t http_reply_teaches(const http_job *j, int status)
 {
-    return j->kind == J_WORK && status == WSPOOL_CQ_RAN ? j->started_ns : 0;
+    return j->kind == J_WORK && status == WSPOOL_CQ_RAN ? j->due_ns : 0;
 }
 
 /* Per-request control: the submission options of `j`. */
@@ -319,7 +321,8 @@ static void http_request_opts(const http_opts *o, http_job *j, wspool_serial *sl
         so->priority = WSPOOL_PRIORITY_HIGH;
     uint64_t d = j->deadline_ms ? j->deadline_ms : o->work_deadline_ms;
     if (j->kind == J_WORK && d) {
-        so->deadline_ns = http_work_start_by_ns(j->start_ns, d);
+        j->due_ns = http_work_due_ns(j->start_ns, d);
+        so->deadline_ns = http_work_start_by_ns(j->due_ns, d);
     }
     j->deadline_ns = so->deadline_ns;
     if (j->kind == J_SLEEP)
@@ -451,6 +454,8 @@ static char *http_metrics_text(wspool *pool, size_t *len)
          offsetof(http_counters, started_late)},
         {"http_started_late_max_us", "The most such a start was late, in microseconds (only grows).",
          offsetof(http_counters, started_late_max_us)},
+        {"http_answered_late", "/work replies that reached the kernel after their due time, by the server's clock.",
+         offsetof(http_counters, answered_late)},
         {"http_sleep_max_concurrent", "Most /sleep requests running at once (a counter that only grows).",
          offsetof(http_counters, sleeping_max)},
     };

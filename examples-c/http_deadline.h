@@ -11,6 +11,7 @@
 #ifndef HTTP_DEADLINE_H
 #define HTTP_DEADLINE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -25,21 +26,46 @@ static inline uint64_t http_now_ns(void) { return wspool_now_ns(); }
 #endif
 
 /* A /work deadline is the time its answer is due. The pool's deadline is when the work must
- * *start*, so the server submits with the answer's deadline minus a reserve: what a request
- * needs once its work begins (the run, the wait for the loop to drain it, the write). The
- * reserve is learnt from served /work requests, from the work's start to the moment its reply
- * is handed to the kernel (each server calls this from its write-completion callback), as a
- * high quantile: it rises by a quarter of the gap at once and falls by 1/256 of it per request,
- * so it sits above nearly every sample. Loop thread only. */
-static uint64_t http_work_reserve_ns = 1000000; /* 1 ms until learnt */
+ * *start*, so the server submits with the answer's due time minus a reserve: what a request needs
+ * once its work begins (the run, the wait for the loop to drain it, the write).
+ *
+ * The reserve is learnt by feedback from the served /work requests themselves: each reply that
+ * reaches the kernel after its due time raises it by HTTP_RESERVE_STEP_NS, each one on time lowers
+ * it by HTTP_RESERVE_STEP_NS / (HTTP_LATE_PER - 1). It settles where one reply in HTTP_LATE_PER is
+ * late, whatever the shape of the run-and-write times (a fixed-step quantile controller): late
+ * replies push it up by exactly what on-time ones take back. A quantile of the run-and-write time
+ * alone fell short, because the served tail is the sum of that time and of how close to its pool
+ * deadline the work started; the feedback counts both. Each server calls http_learn_reserve from
+ * its write-completion callback, and counts the late replies it reports (http_answered_late).
+ * Loop thread only. */
+#define HTTP_RESERVE_STEP_NS 50000ull /* 50 us per late reply */
+#define HTTP_LATE_PER 1000ull         /* the share of served replies let be late: 1 in 1000 */
 
-static void http_learn_reserve(uint64_t work_started_ns)
+static uint64_t http_work_reserve_ns = 1000000; /* 1 ms until learnt */
+/* A request is never reserved more than half its allowance (http_work_start_by_ns), so that one
+ * that waited little still runs and teaches: a reserve at or past the allowance would expire every
+ * request, and nothing served would bring it down. Nor does the reserve learn past half the
+ * longest allowance submitted, which it could never apply. */
+static uint64_t http_reserve_ceiling_ns;
+
+/* A served /work reply due at `due_ns` (0: not one that teaches) reached the kernel at `now_ns`.
+ * True if it was late. */
+static inline bool http_reserve_learn_at(uint64_t due_ns, uint64_t now_ns)
 {
-    if (!work_started_ns)
-        return;
-    uint64_t took = http_now_ns() - work_started_ns, r = http_work_reserve_ns;
-    http_work_reserve_ns = took > r ? r + (took - r) / 4 : r - (r - took) / 256;
+    if (!due_ns)
+        return false;
+    uint64_t r = http_work_reserve_ns, down = HTTP_RESERVE_STEP_NS / (HTTP_LATE_PER - 1);
+    if (now_ns > due_ns) {
+        uint64_t up = (now_ns - due_ns) / 4 > HTTP_RESERVE_STEP_NS ? (now_ns - due_ns) / 4 : HTTP_RESERVE_STEP_NS;
+        http_work_reserve_ns = r + up <= http_reserve_ceiling_ns ? r + up
+                               : r > http_reserve_ceiling_ns     ? r
+                                                                 : http_reserve_ceiling_ns;
+    } else
+        http_work_reserve_ns = r > down ? r - down : 0;
+    return now_ns > due_ns;
 }
+
+static inline bool http_learn_reserve(uint64_t due_ns) { return http_reserve_learn_at(due_ns, http_now_ns()); }
 
 /* X-Request-Start, the header a load balancer or proxy stamps a request with as it forwards it
  * (Heroku's router, nginx's "t=${msec}"): "t=" (optional) and the time since the epoch, in s
@@ -47,7 +73,7 @@ static void http_learn_reserve(uint64_t work_started_ns)
  * wspool_now_ns's clock, so that a deadline counts the time the request waited before this
  * server read it; 0 (ignored) when unreadable or more than a minute old. A stamp from the
  * future (clocks a little apart) is "now". */
-static uint64_t http_request_start_ns(const char *v, size_t len)
+static inline uint64_t http_request_start_ns(const char *v, size_t len)
 {
     const char *end = v + len;
     while (v < end && *v == ' ')
@@ -87,13 +113,22 @@ static uint64_t http_request_start_ns(const char *v, size_t len)
     return mono - age;
 }
 
-/* The pool deadline of a /work request due `due_ms` after `start_ns` (its X-Request-Start on
- * wspool_now_ns's clock; 0: now): the due time minus the reserve. A deadline already past is
- * accepted: the request expires where a worker meets it. */
-static inline uint64_t http_work_start_by_ns(uint64_t start_ns, uint64_t due_ms)
+/* When the answer to a /work request that started at `start_ns` (its X-Request-Start on
+ * wspool_now_ns's clock; 0: now) is due, `due_ms` later. */
+static inline uint64_t http_work_due_ns(uint64_t start_ns, uint64_t due_ms)
 {
-    uint64_t due = due_ms * 1000000ull, reserve = http_work_reserve_ns < due ? http_work_reserve_ns : due - 1;
-    return (start_ns ? start_ns : http_now_ns()) + due - reserve;
+    return (start_ns ? start_ns : http_now_ns()) + due_ms * 1000000ull;
+}
+
+/* The pool deadline of a /work request whose answer is due at `due_ns`, `due_ms` after its start:
+ * the due time minus the reserve, or minus half of `due_ms` if that is less. A deadline already
+ * past is accepted: the request expires where a worker meets it. */
+static inline uint64_t http_work_start_by_ns(uint64_t due_ns, uint64_t due_ms)
+{
+    uint64_t half = due_ms * 500000ull;
+    if (half > http_reserve_ceiling_ns)
+        http_reserve_ceiling_ns = half;
+    return due_ns - (http_work_reserve_ns < half ? http_work_reserve_ns : half);
 }
 
 #endif /* HTTP_DEADLINE_H */

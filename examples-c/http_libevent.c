@@ -53,7 +53,8 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 static void on_reply_sent(struct evhttp_request *req, void *arg)
 {
     (void)req;
-    http_learn_reserve((uint64_t)(uintptr_t)arg);
+    if (http_learn_reserve((uint64_t)(uintptr_t)arg))
+        atomic_fetch_add(&HC.answered_late, 1);
 }
 
 /* Runs on the loop thread, exactly once per accepted request. */

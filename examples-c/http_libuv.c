@@ -82,8 +82,8 @@ static void process_next(conn *c);
 static void on_written(uv_write_t *w, int status)
 {
     conn *c = w->data;
-    if (status == 0)
-        http_learn_reserve(c->reply_teaches);
+    if (status == 0 && http_learn_reserve(c->reply_teaches))
+        atomic_fetch_add(&HC.answered_late, 1);
     c->reply_teaches = 0;
     if (c->body_owned)
         free(c->body);

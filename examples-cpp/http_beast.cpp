@@ -85,6 +85,7 @@ struct job {
     uint64_t n = 0;
     uint64_t deadline_ms = 0;  // /work?deadline_ms=D; 0: the server's default
     uint64_t start_ns = 0;     // X-Request-Start on wspool_now_ns()'s clock; 0: none
+    uint64_t due_ns = 0;       // /work with a deadline: when its answer is due (same clock); 0: none
 };
 
 bool query_u64(const std::string& q, const char* key, uint64_t max, uint64_t* out) {
@@ -134,6 +135,7 @@ job route(beast::string_view target) {
 // Atomics for /metrics.
 struct counters {
     std::atomic<unsigned long long> requests{0}, submitted{0}, done{0}, expired{0}, cancelled_client_gone{0};
+    std::atomic<unsigned long long> answered_late{0};  // loop: /work replies written after their due time
     std::atomic<unsigned long long> sleeping{0}, sleep_max_concurrent{0};
 } C;
 
@@ -231,27 +233,25 @@ struct server;
 /// deadline passed, or the loop cancelled it for a client that hung up) posts
 /// that ending instead (wspool::cancel_reason tells which). The loop hears
 /// once either way, and the work guard keeps ioc.run() going until it has.
-/// A ran ending carries when the handler started (wspool_now_ns), for the
-/// deadline reserve to learn from.
 class reply {
 public:
-    using done_fn = std::function<void(ending, std::string, uint64_t started_ns)>;
+    using done_fn = std::function<void(ending, std::string)>;
     reply(asio::io_context& ioc, done_fn done) : ioc_(&ioc), done_(std::move(done)), guard_(asio::make_work_guard(ioc)) {}
     reply(reply&& o) noexcept : ioc_(std::exchange(o.ioc_, nullptr)), done_(std::move(o.done_)), guard_(std::move(o.guard_)) {}
     reply(const reply&) = delete;
     ~reply() {
         if (ioc_)
-            back(wspool::cancel_reason() == wspool::task_state::expired ? ending::expired : ending::cancelled, "", 0);
+            back(wspool::cancel_reason() == wspool::task_state::expired ? ending::expired : ending::cancelled, "");
     }
-    void send(std::string body, uint64_t started_ns) { back(ending::ran, std::move(body), started_ns); }
+    void send(std::string body) { back(ending::ran, std::move(body)); }
 
 private:
-    void back(ending e, std::string body, uint64_t started_ns) {
+    void back(ending e, std::string body) {
         asio::io_context* ioc = std::exchange(ioc_, nullptr);
-        asio::post(*ioc, [e, d = std::move(done_), body = std::move(body), started_ns, g = std::move(guard_)]() mutable {
+        asio::post(*ioc, [e, d = std::move(done_), body = std::move(body), g = std::move(guard_)]() mutable {
             C.done++;
             if (e == ending::expired) C.expired++;
-            d(e, std::move(body), started_ns);
+            d(e, std::move(body));
         });
     }
     asio::io_context* ioc_;
@@ -273,7 +273,7 @@ private:
     void read();
     void on_request();
     void watch_for_hang_up(unsigned request);
-    void respond(unsigned status, std::string body, const char* type = "text/plain", uint64_t teaches_ns = 0);
+    void respond(unsigned status, std::string body, const char* type = "text/plain", uint64_t due_ns = 0);
     tcp::socket sock_;
     server& srv_;
     beast::flat_buffer buf_;
@@ -311,18 +311,24 @@ struct server {
         });
     }
 
+    uint64_t work_deadline_ms(const job& j) const { return j.deadline_ms ? j.deadline_ms : opt.work_deadline_ms; }
+
+    // When the answer to j is due: /work with a deadline, in pool mode with per-request control;
+    // else 0.
+    uint64_t due_ns(const job& j) const {
+        if (opt.m != mode::pool || opt.plain || j.k != kind::work || !work_deadline_ms(j)) return 0;
+        return http_work_due_ns(j.start_ns, work_deadline_ms(j));
+    }
+
     // Runs j off the loop (or on it, inline), then `done(ending, body)` on the
     // loop, once. Returns the handler's task when it can be cancelled.
     wspool::task<void> offload(const job& j, reply::done_fn done) {
         if (opt.m == mode::inline_) {
-            done(ending::ran, run_job(j), 0);
+            done(ending::ran, run_job(j));
             return {};
         }
         C.submitted++;
-        auto handler = [j, r = reply(ioc, std::move(done))]() mutable {
-            uint64_t started = http_now_ns();
-            r.send(run_job(j), started);
-        };
+        auto handler = [j, r = reply(ioc, std::move(done))]() mutable { r.send(run_job(j)); };
         if (opt.m == mode::threads) {  // its queue holds std::function, which copies: share the handler
             threads->post([h = std::make_shared<decltype(handler)>(std::move(handler))] { (*h)(); });
             return {};
@@ -337,7 +343,7 @@ struct server {
             return {};
         case kind::work: {
             wspool::options o;
-            if (uint64_t d = j.deadline_ms ? j.deadline_ms : opt.work_deadline_ms) o.deadline_ns(http_work_start_by_ns(j.start_ns, d));
+            if (j.due_ns) o.deadline_ns(http_work_start_by_ns(j.due_ns, work_deadline_ms(j)));
             return pool.submit_with(o, std::move(handler));
         }
         default:
@@ -397,6 +403,7 @@ void session::on_request() {
     job j = route(req_.target());
     auto stamp = req_.find("X-Request-Start");
     if (stamp != req_.end()) j.start_ns = http_request_start_ns(stamp->value().data(), stamp->value().size());
+    j.due_ns = srv_.due_ns(j);
     switch (j.k) {
     case kind::metrics: {
         std::string text = srv_.pool.openmetrics();
@@ -413,6 +420,8 @@ void session::on_request() {
                     C.expired.load()},
                    {"http_cancelled_client_gone", "Queued handlers cancelled because their client hung up.",
                     C.cancelled_client_gone.load()},
+                   {"http_answered_late", "/work replies written after their due time, by the server's clock.",
+                    C.answered_late.load()},
                    {"http_sleep_max_concurrent", "The most /sleep handlers sleeping at once.",
                     C.sleep_max_concurrent.load()}};
         for (auto& f : fam)
@@ -433,8 +442,7 @@ void session::on_request() {
     }
     busy_ = true;
     unsigned request = ++requests_;
-    queued_ = srv_.offload(j, [self = shared_from_this(), work = j.k == kind::work](ending e, std::string body,
-                                                                                   uint64_t started_ns) {
+    queued_ = srv_.offload(j, [self = shared_from_this(), due = j.due_ns](ending e, std::string body) {
         self->busy_ = false;
         self->queued_ = {};
         beast::error_code ec;
@@ -445,15 +453,15 @@ void session::on_request() {
         } else if (e == ending::expired) {
             self->respond(503, "expired\n");
         } else {
-            self->respond(200, std::move(body), "text/plain", work ? started_ns : 0);
+            self->respond(200, std::move(body), "text/plain", due);
         }
     });
     if (busy_ && queued_.valid()) watch_for_hang_up(request);
 }
 
-// teaches_ns: when a /work handler that ran started; its reply, once written,
-// teaches the deadline reserve (http_learn_reserve).
-void session::respond(unsigned status, std::string body, const char* type, uint64_t teaches_ns) {
+// due_ns: when the answer to a /work request with a deadline is due (0: none); its reply, once
+// written, teaches the deadline reserve (http_learn_reserve).
+void session::respond(unsigned status, std::string body, const char* type, uint64_t due_ns) {
     res_ = {};
     res_.version(req_.version());
     res_.result(status);
@@ -462,8 +470,8 @@ void session::respond(unsigned status, std::string body, const char* type, uint6
     res_.body() = std::move(body);
     res_.prepare_payload();
     auto self = shared_from_this();
-    http::async_write(sock_, res_, [self, teaches_ns](beast::error_code ec, std::size_t) {
-        if (!ec) http_learn_reserve(teaches_ns);
+    http::async_write(sock_, res_, [self, due_ns](beast::error_code ec, std::size_t) {
+        if (!ec && http_learn_reserve(due_ns)) C.answered_late++;
         if (ec || !self->res_.keep_alive()) {
             self->close();
             self->srv_.sessions.erase(self);

@@ -42,9 +42,15 @@ $(EMBED_TBIN)/test_cq_asan: tests/embed/test_cq.c $(C_HEADER) c-build
 	@mkdir -p $(EMBED_TBIN)
 	$(EMBED_CC) $(EMBED_CFLAGS) $(EMBED_ASAN) tests/embed/test_cq.c -o $@ $(EMBED_LIB)
 
-test-embed-c: c-lib $(EMBED_TBIN)/test_cq $(EMBED_TBIN)/test_cq_asan
+# The HTTP examples' deadline reserve, on a simulated clock (UBSan: its arithmetic is unsigned).
+$(EMBED_TBIN)/test_deadline_reserve: tests/embed/test_deadline_reserve.c examples-c/http_deadline.h $(C_HEADER) c-build
+	@mkdir -p $(EMBED_TBIN)
+	$(EMBED_CC) $(EMBED_CFLAGS) $(EMBED_ASAN) tests/embed/test_deadline_reserve.c -o $@ $(EMBED_LIB)
+
+test-embed-c: c-lib $(EMBED_TBIN)/test_cq $(EMBED_TBIN)/test_cq_asan $(EMBED_TBIN)/test_deadline_reserve
 	$(EMBED_TBIN)/test_cq
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(EMBED_TBIN)/test_cq_asan
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(EMBED_TBIN)/test_deadline_reserve
 
 test-embed: test-embed-c test-embed-http
 	@echo "test-embed: all suites passed"

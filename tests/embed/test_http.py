@@ -230,8 +230,11 @@ def stamped_deadlines_count_from_request_start(s, expired_metric):
     runs (503 "expired"); stamped now and due in 10 s, it runs. In us, ms or
     seconds with a fraction (nginx's $msec); a stamp the server cannot read,
     or more than a minute old, is ignored (the deadline counts from when the
-    server read the request). Returns the metrics; the server's count of
-    expired requests is `expired_metric`."""
+    server read the request). A request due 50 ms after its stamp whose work
+    takes longer (n = 10^8 rounds: 0.1 s or more) is, if a worker starts it
+    in time, answered late and counted in http_answered_late (the others
+    were on time); if not, it expires. Returns the metrics; the server's
+    count of expired requests is `expired_metric`."""
     digest = f"{work_digest(1000):016x}\n"
     late, due = "/work?n=1000&deadline_ms=20", "/work?n=1000&deadline_ms=10000"
     a_second_ago = time.time() - 1
@@ -239,8 +242,12 @@ def stamped_deadlines_count_from_request_start(s, expired_metric):
         assert curl(s.url + late, "-H", f"X-Request-Start: {stamp}") == (503, "expired\n"), stamp
     for stamp in (f"t={int(time.time() * 1e6)}", "soon", f"t={int((time.time() - 120) * 1e6)}", "t=12x"):
         assert curl(s.url + due, "-H", f"X-Request-Start: {stamp}") == (200, digest), stamp
+    st, body = curl(s.url + "/work?n=100000000&deadline_ms=50", "-H", f"X-Request-Start: t={int(time.time() * 1e6)}")
+    served = st == 200 and len(body) == 17  # 16 hex digits (too slow to compute here)
+    assert served or (st, body) == (503, "expired\n"), (st, body)
     m = metrics(s.url)
-    assert m[expired_metric] == 3 == m["wspool_expired_tasks"], m
+    assert m[expired_metric] == 3 + (not served) == m["wspool_expired_tasks"], m
+    assert m["http_answered_late"] == served, m
     return m
 
 
