@@ -20,7 +20,9 @@
    replies the server wrote after their due time and requests begun after
    their deadline, both by the server's own clock. Each round first runs the
    same load for 1 s (a warm-up, not measured): the deadline reserve is
-   learnt from served replies, and a cold start is its own row.
+   learnt from served replies, and a cold start is its own row. /ping is a
+   closed loop on 2 connections, and in two rows a health check's open loop
+   of 1,000 req/s (the closed loop sends more the faster it is answered).
 5. Section "lanes": 64 connections of /sleep?ms=50 in a lane of 2 beside
    /ping, CoDel off: /ping p99 and the most /sleep requests running at
    once (against --plain).
@@ -251,48 +253,56 @@ def control(a, uv, ev):
     offered = 2 * capacity
     work = f"/work?n={n}"
     print(f"\n### Per-request control: /work?n={n} (~1 ms) open loop at {offered:,.0f} req/s over 62 conns "
-          f"(2x the capacity of 2 threads, ≈ {capacity:,.0f} req/s) + /ping closed loop on 2 conns "
-          f"(medians of {a.rounds} x {a.seconds:g} s)\n")
-    print("| server | /ping p50 (ms) | /ping p99 (ms) | /work served/s | /work served p99 (ms) | /work 503/s "
-          "| expired | answered late (server) | begun after deadline (most late) | others (cores) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    rows = []
+          f"(2x the capacity of 2 threads, ≈ {capacity:,.0f} req/s) + /ping on 2 conns, closed loop unless the "
+          f"row says (medians of {a.rounds} x {a.seconds:g} s)\n")
+    print("| server | /ping p50 (ms) | /ping p99 (ms) | /ping req/s | /work served/s | /work served p99 (ms) "
+          "| /work 503/s | expired | answered late (server) | begun after deadline (most late) | others (cores) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    closed, health_check = "2:0:/ping", "2:1000:/ping"
+    deadline = ["--target-us", "0", "--work-deadline-ms", "20"]
+    rows = []  # (name, binary, server args, (/ping group, warm up first))
     for name, b in (("libuv", uv), ("libevent", ev)):
         rows += [
-            (f"{name}: --plain (today: one FIFO), CoDel 5 ms", b, ["--plain"]),
-            (f"{name}: /ping high priority, CoDel 5 ms", b, []),
-            (f"{name}: /ping high, /work deadline 20 ms, CoDel off", b, ["--target-us", "0", "--work-deadline-ms", "20"]),
+            (f"{name}: --plain (today: one FIFO), CoDel 5 ms", b, ["--plain"], (closed, True)),
+            (f"{name}: /ping high priority, CoDel 5 ms", b, [], (closed, True)),
+            (f"{name}: /ping high, /work deadline 20 ms, CoDel off", b, deadline, (closed, True)),
             (f"{name}: /ping high, /work deadline 20 ms, CoDel off, --worker-nice 19", b,
-             ["--target-us", "0", "--work-deadline-ms", "20", "--worker-nice", "19"]),
+             deadline + ["--worker-nice", "19"], (closed, True)),
         ]
-    rows.append(("libuv: /ping high, /work deadline 20 ms, CoDel off, cold start (no warm-up)", uv,
-                 ["--target-us", "0", "--work-deadline-ms", "20", "--cold"]))
-    servers = [(nm, b, args, None) for nm, b, args in rows]
+    rows += [
+        ("libuv: /ping high, /work deadline 20 ms, CoDel off, cold start (no warm-up)", uv, deadline, (closed, False)),
+        # A health check's rate instead of as many /ping as 2 connections can send: the closed loop
+        # sends more the faster they are answered, and that CPU comes out of /work.
+        ("libuv: /ping high, /work deadline 20 ms, CoDel off, /ping open loop 1,000/s", uv, deadline,
+         (health_check, True)),
+        ("libuv: same, --worker-nice 19", uv, deadline + ["--worker-nice", "19"], (health_check, True)),
+    ]
     counters = ("wspool_expired_tasks_total", "http_answered_late_total", "http_started_late_total")
 
-    def one(b, args, env):
-        cold = "--cold" in args
-        p, port = start(b, "--threads", "2", *[x for x in args if x != "--cold"], env=env)
-        if not cold:
-            load(a.load, port, 1, f"62:{offered:.0f}:{work}", "2:0:/ping")
+    def one(b, args, how):
+        """One round; `how` (interleaved's env slot) is (the /ping group, whether to warm up for 1 s)."""
+        ping, warm = how
+        p, port = start(b, "--threads", "2", *args)
+        if warm:
+            load(a.load, port, 1, f"62:{offered:.0f}:{work}", ping)
         before = [server_metric(port, c) for c in counters]
-        r = load(a.load, port, a.seconds, f"62:{offered:.0f}:{work}", "2:0:/ping", server_pid=p.pid)
+        r = load(a.load, port, a.seconds, f"62:{offered:.0f}:{work}", ping, server_pid=p.pid)
         expired, answered_late, late = (server_metric(port, c) - b0 for c, b0 in zip(counters, before))
         late = (late, server_metric(port, "http_started_late_max_us_total"))
         stop(p)
         return (r, expired, late, answered_late), OTHERS.pop()
 
-    for (name, _, _, _), runs in interleaved(servers, a.rounds, one):
+    for (name, _, _, _), runs in interleaved(rows, a.rounds, one):
         res = [x for x, _ in runs]
         OTHERS.extend(o for _, o in runs)
         ping = [x[0]["/ping"] for x in res]
         w = [x[0][work] for x in res]
         print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
+              f"| {med([x['ok'] for x in ping]) / a.seconds:,.0f} "
               f"| {med([x['ok'] for x in w]) / a.seconds:,.0f} | {med([x['ok_p99_us'] for x in w]) / 1000:.2f} "
               f"| {med([x['shed'] for x in w]) / a.seconds:,.0f} | {med([x[1] for x in res]):,.0f} "
               f"| {med([x[3] for x in res]):.0f} "
               f"| {med([x[2][0] for x in res]):.0f} ({max(x[2][1] for x in res):.0f} µs) | {others()} |")
-
 
 
 def lanes(a, uv, ev):
