@@ -452,7 +452,7 @@ impl Registry {
                 }
                 let c = &slot.counters;
                 let seq = sequence(c);
-                let (state, code) = state_of(c, &holder_of);
+                let (state, code) = state_of(c, holder_of);
                 let since = match obs.workers[index] {
                     Some((s, k, t)) if s == seq && k == code => t,
                     _ => {
@@ -772,10 +772,13 @@ mod tests {
             .unwrap()
     }
 
+    /// A stalled pool, the sender of its tokens, its stall reports' count and their texts.
+    type Stalled = (Pool, mpsc::Sender<()>, Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>);
+
     /// A 1-thread [`unwatched_fixed_pool`] whose stall reports are counted,
     /// with `queued` tasks behind one that waits for tokens. Each task takes
     /// a token when it starts.
-    fn stalled_pool(queued: usize) -> (Pool, mpsc::Sender<()>, Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>) {
+    fn stalled_pool(queued: usize) -> Stalled {
         let pool = unwatched_fixed_pool(1);
         let reports = Arc::new(AtomicUsize::new(0));
         let texts = Arc::new(Mutex::new(Vec::new()));

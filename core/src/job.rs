@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn small_closures_run_inline_and_large_ones_boxed() {
-        assert!(HeapJob::<fn()>::FITS_INLINE);
+        const { assert!(HeapJob::<fn()>::FITS_INLINE) };
         let ran = Arc::new(AtomicUsize::new(0));
         let r = ran.clone();
         assert!(

@@ -92,14 +92,15 @@ fn intern_into(table: &mut Table, name: &str, keep: impl FnOnce() -> &'static st
 /// Looks `key` up in a thread's cache, else computes and caches it. The
 /// cache starts over when full, so it stays small whatever the callers do;
 /// a thread being torn down (its cache gone) goes to the table directly.
-fn cached<K: std::hash::Hash + Eq, Q: std::hash::Hash + Eq + ?Sized>(
+fn cached<K, Q>(
     cache: &'static std::thread::LocalKey<RefCell<HashMap<K, Label>>>,
     key: &Q,
     own: impl FnOnce() -> K,
     make: impl FnOnce() -> Label,
 ) -> Label
 where
-    K: std::borrow::Borrow<Q>,
+    K: std::hash::Hash + Eq + std::borrow::Borrow<Q>,
+    Q: std::hash::Hash + Eq + ?Sized,
 {
     let hit = cache.try_with(|c| c.borrow().get(key).copied());
     match hit {

@@ -421,6 +421,7 @@ impl Pool {
     /// nowhere. Every pool watches for stalls (its monitor thread does,
     /// whatever the growth policy; on a pool that does not grow it only
     /// watches), so episodes are counted whether or not anyone listens.
+    #[allow(clippy::type_complexity)] // spelt out: what a caller passes, in the signature they read
     pub fn set_stall_handler(&self, after: Duration, handler: Option<Box<dyn Fn(&crate::PoolDump) + Send + Sync>>) {
         self.registry().diag.set_stall_handler(after, handler.map(std::sync::Arc::from));
     }

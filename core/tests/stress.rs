@@ -34,7 +34,7 @@ fn four_producers_a_million_tasks_each_with_nested_spawns() {
                     group
                         .spawn(move || {
                             seen[id].fetch_add(1, Relaxed);
-                            if id % CHILD_EVERY == 0 {
+                            if id.is_multiple_of(CHILD_EVERY) {
                                 let child = next_child.fetch_add(1, Relaxed);
                                 let seen = seen.clone();
                                 g2.spawn(move || {

@@ -826,8 +826,7 @@ mod tests {
         let mut tick = 1.0;
         while tick * interval <= ms {
             let now = tick * interval + read_lag;
-            loop {
-                let Some((i, &t)) = next.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)) else { break };
+            while let Some((i, &t)) = next.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)) {
                 if t > now {
                     break;
                 }
