@@ -154,7 +154,12 @@ fn blocking_regions_lend_threads_which_retire_after_keep_alive() {
     eventually(LONG, "back to min_threads", || pool.stats().threads == 2);
     let back = burst_end.elapsed();
     println!("200 x 10 ms blocking: peak {} threads, back to 2 threads {back:?} after the burst", s.peak_threads);
-    assert!(pool.stats().threads_retired >= u64::from(s.peak_threads) - 2);
+    // `threads` drops when a lent thread decides to retire; `threads_retired`
+    // counts it once it has left its slot, later (on a loaded machine, much
+    // later): wait for that too.
+    eventually(LONG, "every extra thread counted retired", || {
+        pool.stats().threads_retired >= u64::from(s.peak_threads) - 2
+    });
 }
 
 /// Blocking off the pool is a no-op, and unbalanced ends are ignored.
