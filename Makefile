@@ -137,7 +137,8 @@ loom-mutant:
 # The unit tests of every module whose unsafe code or atomics a data race,
 # a use after free or a lost provenance would break, under Miri: the
 # workers' deques, the global queue with its batch reservation (push_run),
-# the completion queue's nodes and the group state, once; the racing tests
+# the completion queue's nodes, the group state and the job payloads
+# (inline closures and boxed pointers), once; the racing tests
 # among them again with several seeds (each seed is another schedule of the
 # same threads). The tests are
 # Miri-sized under cfg(miri); tests Miri cannot judge are ignored there
@@ -149,7 +150,9 @@ loom-mutant:
 # seed, which caught it on each of 16 seeds tried, and the run stops at the
 # first seed of 0..16 that reports it. (loom's mutant, which enumerates the
 # schedules, is the exhaustive check.)
-MIRI_MODULES := deque:: injector:: cq:: group:: deadline::
+# Every run is under -Zmiri-strict-provenance: a pointer kept as an integer
+# and cast back (which Miri can only accept on trust) fails the run.
+MIRI_MODULES := deque:: injector:: cq:: group:: deadline:: job::
 # The tests whose threads race (names containing these), run with every seed
 # of MIRI_SEEDS; the rest of MIRI_MODULES run once (seed 0).
 MIRI_RACING := race concurrent whatever_order
@@ -161,8 +164,9 @@ test-miri:
 	@if ! $(CARGO) +nightly miri --version >/dev/null 2>&1; then \
 	  echo "test-miri: SKIPPED: cargo +nightly miri is not available here and rustup could not install it"; \
 	  exit 0; fi; \
-	$(CARGO) +nightly miri test -p wspool --lib --target-dir target/miri -- $(MIRI_MODULES) || exit 1; \
-	MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS)" $(CARGO) +nightly miri test -p wspool --lib \
+	MIRIFLAGS="-Zmiri-strict-provenance" $(CARGO) +nightly miri test -p wspool --lib --target-dir target/miri \
+	  -- $(MIRI_MODULES) || exit 1; \
+	MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-many-seeds=$(MIRI_SEEDS)" $(CARGO) +nightly miri test -p wspool --lib \
 	  --target-dir target/miri -- $(MIRI_RACING) || exit 1; \
 	if RUSTFLAGS="--cfg wspool_mutant_push_release_store" MIRIFLAGS="-Zmiri-many-seeds=0..16" \
 	  $(CARGO) +nightly miri test -p wspool --lib --target-dir target/miri-mutant \

@@ -62,8 +62,13 @@ impl JobRef {
     /// functions must read it with [`JobRef::pointer`], exactly once, and
     /// the job must be `Send`.
     pub(crate) unsafe fn from_pointer(data: NonNull<()>, vtable: &'static JobVTable) -> JobRef {
-        let payload =
-            [MaybeUninit::new(data.as_ptr() as usize), MaybeUninit::new(0), MaybeUninit::new(0), MaybeUninit::new(0)];
+        let mut payload = [MaybeUninit::new(0); 4];
+        // The pointer itself goes in word 0, not its address as an integer: a
+        // pointer read back from an integer has lost its provenance (Miri's
+        // -Zmiri-strict-provenance checks this). A pointer is the size and
+        // alignment of a usize word.
+        // SAFETY: word 0 is in bounds and suitably aligned for a `*mut ()`.
+        unsafe { payload.as_mut_ptr().cast::<*mut ()>().write(data.as_ptr()) };
 
         JobRef { payload, vtable, tag: 0 }
     }
@@ -107,10 +112,10 @@ impl JobRef {
     /// # Safety
     /// `payload` must come from `from_pointer`.
     pub(crate) unsafe fn pointer(payload: *mut Payload) -> NonNull<()> {
-        // SAFETY: written by from_pointer.
-        let word = unsafe { (*payload)[0].assume_init() };
+        // SAFETY: from_pointer wrote a `*mut ()` in word 0.
+        let pointer = unsafe { payload.cast::<*mut ()>().read() };
         // SAFETY: it was a NonNull.
-        unsafe { NonNull::new_unchecked(word as *mut ()) }
+        unsafe { NonNull::new_unchecked(pointer) }
     }
 
     /// The identity of a job built by `from_pointer`, to recognise it later
