@@ -291,7 +291,7 @@ impl Builder {
                 self.thread_nice
             )));
         }
-        self.nice_target = crate::priority::target(self.thread_nice);
+        self.nice_target = crate::nice::target(self.thread_nice);
         if self.monitor_interval < Duration::from_millis(1) || self.monitor_interval > Duration::from_secs(10) {
             return Err(ConfigError::new("monitor_interval must be between 1 ms and 10 s"));
         }

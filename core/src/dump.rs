@@ -479,7 +479,12 @@ impl Registry {
             // head also moves when a stuck waiter looks through it and puts
             // jobs back, which is no progress).
             let started: u64 = self.slots[..n].iter().map(|s| s.counters.global_pops.load(Relaxed)).sum();
-            let global_len = self.injector.len();
+            // The priority levels, once priorities were used. Their keys
+            // (1, 2) are no address. A Low task is listed under its level
+            // also while it waits at its place in the global queue.
+            let levels = self.prio.probe();
+            let low_at_place = levels.as_ref().map_or(0, |l| l.2);
+            let global_len = self.injector.len().saturating_sub(low_at_place);
             let oldest = observe_queue(&mut obs.queues, 0, started, global_len, now);
             let in_inboxes = self.slots[..n].iter().map(|s| s.inbox.len()).sum();
             queues.push(QueueDump {
@@ -489,11 +494,8 @@ impl Registry {
                 oldest_at_least: oldest,
                 in_inboxes,
             });
-            // The priority levels, once priorities were used. Their keys
-            // (1, 2) are no address. Each of their tasks also has a token
-            // in the global queue's count.
             let mut live = vec![0usize];
-            if let Some((high, low)) = self.prio.probe() {
+            if let Some((high, low, _)) = levels {
                 for (key, name, level) in [(1usize, "priority high", high), (2, "priority low", low)] {
                     let oldest = observe_queue(&mut obs.queues, key, level.taken, level.len, now);
                     live.push(key);

@@ -102,6 +102,13 @@ impl JobRef {
         self
     }
 
+    /// Was the job built with `vtable` (a static: only a static has one
+    /// address)?
+    #[inline]
+    pub(crate) fn has_vtable(&self, vtable: &'static JobVTable) -> bool {
+        std::ptr::eq(self.vtable, vtable)
+    }
+
     /// May `Reject::DiscardOldest` evict it?
     pub(crate) fn evictable(&self) -> bool {
         self.vtable.evictable

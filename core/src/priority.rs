@@ -1,91 +1,45 @@
-//! `Builder::thread_nice`: the pool's threads below the priority of the
-//! thread that built the pool.
+//! Task priorities: where a prioritized job waits and which one a worker
+//! takes next.
 //!
-//! An event loop that shares its cores with the pool's CPU-bound work
-//! waits for a CPU on every wake-up while the workers hold both; with
-//! the workers a few steps nicer the scheduler lets the loop preempt them.
-//! On Linux the nice value is a per-thread attribute (`setpriority` on a
-//! thread id) and raising it needs no privilege. Elsewhere it applies to a
-//! whole process, so the setting does nothing there.
+//! The promises (docs/scheduling.md, "Priorities") are invariants of how
+//! jobs are queued here, not of bookkeeping, and a reference model checks
+//! them (`core/tests/priorities.rs`):
+//!
+//! - **High** jobs wait in their own FIFO, outside the global queue. A
+//!   worker takes one before any ordinary work (its deque, the global
+//!   queue, stealing), except that after [`HIGH_BURST`] high jobs in a row
+//!   it takes ordinary work whenever there is some: a high stream slows
+//!   ordinary work down but cannot stop it.
+//! - **Low** jobs enter the global queue at their place, as a *marker* that
+//!   wraps the job. A worker that reaches the marker has taken every
+//!   normal job queued before it (the global queue is FIFO), and moves the
+//!   job to the ready-low FIFO. From there the front job runs once
+//!   [`LOW_MAX_OVERTAKES`] other jobs (ordinary or high) were taken since it
+//!   became the front, or as soon as nothing else is queued. A high stream
+//!   counts as overtakes like any other work, so it cannot starve Low; and
+//!   one Low job never spends another's aging.
+//! - Nothing queued here is bookkeeping: each entry is one task, so
+//!   `Stats::queued` and the dump count tasks.
+//!
+//! The rules are written once, in [`Levels`], generic over what is queued,
+//! so the unit tests below drive them against an independent model with
+//! plain numbers; the worker (`worker.rs`, `find_task_prioritized`) calls
+//! them in this order: [`PrioQueues::take_first`], then the ordinary
+//! queues (a Low marker met there is reached at once, see
+//! [`reach_if_low_marker`]), then [`PrioQueues::took_ordinary`] or, with
+//! nothing ordinary to take, [`PrioQueues::take_rest`].
+//!
+//! Visibility: every protocol that asks "is there work?" (parking's
+//! re-scan, drain, a searcher's hand-on) reads [`PrioQueues::has_work`]
+//! beside the global queue, and shutdown takes what is left here
+//! ([`PrioQueues::take_any`]). A Low job still at its place is a job of
+//! the global queue and needs nothing more.
 
-/// The nice value the pool's threads take: the building thread's plus
-/// `steps`, at most 19. `None` with 0 steps, or where nice is not per
-/// thread.
-pub(crate) fn target(steps: u32) -> Option<i32> {
-    if steps == 0 {
-        return None;
-    }
-    this_thread().map(|nice| (nice + steps as i32).min(19))
-}
-
-/// The calling thread's nice value.
-#[cfg(target_os = "linux")]
-pub(crate) fn this_thread() -> Option<i32> {
-    // getpriority returns -1 both as a value and as an error: tell them
-    // apart by errno.
-    // SAFETY: plain system calls on the calling thread's own id.
-    unsafe {
-        *libc::__errno_location() = 0;
-        let nice = libc::getpriority(libc::PRIO_PROCESS as _, crate::growth::current_tid() as libc::id_t);
-        (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn this_thread() -> Option<i32> {
-    None
-}
-
-/// Sets the calling thread's nice value (`spawn_at`'s helper, before it
-/// starts the pool thread that inherits the value). Best effort: the value is at least the
-/// thread's own, which needs no privilege.
-#[cfg(target_os = "linux")]
-pub(crate) fn set_this_thread(nice: Option<i32>) {
-    if let Some(nice) = nice {
-        // SAFETY: a plain system call on the calling thread's own id.
-        unsafe {
-            libc::setpriority(libc::PRIO_PROCESS as _, crate::growth::current_tid() as libc::id_t, nice);
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn set_this_thread(_nice: Option<i32>) {}
-
-/// Starts `builder`'s thread already at nice value `nice` (when one is
-/// set): a thread inherits its creator's nice value, and the standard
-/// library names the new thread before `f` runs, so a thread started from
-/// a thread at another value (the pool's builder, a foreign submitter)
-/// would be visible under the pool's name, at the wrong priority, until
-/// `f` lowered it. Such a start goes through an unnamed helper thread that
-/// lowers itself first; a pool thread, already at `nice`, starts its
-/// threads directly.
-pub(crate) fn spawn_at<F>(
-    nice: Option<i32>,
-    builder: std::thread::Builder,
-    f: F,
-) -> std::io::Result<std::thread::JoinHandle<()>>
-where
-    F: FnOnce() + Send + 'static,
-{
-    match nice {
-        Some(n) if this_thread() != Some(n) => {
-            let helper = std::thread::Builder::new().spawn(move || {
-                set_this_thread(Some(n));
-                builder.spawn(f)
-            })?;
-            helper.join().unwrap_or_else(|_| Err(std::io::Error::other("the thread-start helper panicked")))
-        }
-        _ => builder.spawn(f),
-    }
-}
-
-// ------------------------------------------------------ task priorities ----
-
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
 use crossbeam_utils::CachePadded;
 
@@ -98,12 +52,15 @@ use crate::sync::lock;
 /// user-interactive / default / utility classes.
 ///
 /// `High` work is taken before any other queued work, by every worker at
-/// its next look for work, with a bounded bypass: after
-/// [`HIGH_BURST`] high tasks in a row a worker takes one task of the
-/// ordinary queues, so a flood of high work slows normal work down but
-/// cannot stop it. `Low` work waits its turn in the global queue like
-/// normal work and then steps back behind the normal work queued by then,
-/// at most [`LOW_DEFERS`] times (aging), so it cannot starve either.
+/// its next look for work, with a bounded bypass: after [`HIGH_BURST`]
+/// high tasks in a row a worker takes ordinary work whenever there is
+/// some, so a flood of high work slows normal work down but cannot stop
+/// it. A `Low` task starts after every normal task queued before it,
+/// whatever other low tasks are queued, and once its place in the queue
+/// is reached at most [`LOW_MAX_OVERTAKES`] later tasks (normal or high)
+/// start before it: aging that no stream of work can reset, so Low is
+/// never starved. Low tasks start in the order they were submitted.
+///
 /// Priority applies where a task waits in the pool's shared queues: to
 /// submissions from outside the pool (an event loop's, a completion
 /// queue's) and to a lane's turns ([`crate::Pool::lane_with_priority`]). A
@@ -112,7 +69,7 @@ use crate::sync::lock;
 /// find it), and a task on a lane takes the lane's priority.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Priority {
-    /// Behind normal work, aged so it is never starved.
+    /// Behind the normal work queued before it, aged so it is never starved.
     Low,
     /// The default: the pool's ordinary queues.
     #[default]
@@ -121,36 +78,125 @@ pub enum Priority {
     High,
 }
 
-/// High tasks a worker takes in a row before it takes one ordinary task.
+/// High tasks a worker takes in a row before it takes ordinary work
+/// (whenever there is some).
 pub const HIGH_BURST: u32 = 16;
-/// Times a low task steps back behind queued normal work before it runs
-/// whatever is queued.
+/// Aging of a Low task, in bursts: once its place in the queue is reached,
+/// a Low task lets at most `LOW_DEFERS` × [`HIGH_BURST`] later tasks start
+/// before it ([`LOW_MAX_OVERTAKES`]).
 pub const LOW_DEFERS: u8 = 2;
+/// The most tasks (normal or high) that start before a Low task once its
+/// place in the queue was reached and it is the oldest Low task waiting.
+pub const LOW_MAX_OVERTAKES: u32 = LOW_DEFERS as u32 * HIGH_BURST;
 
-/// Where prioritized jobs wait. Each one pushed also pushes a *token* job
-/// to the global queue, so every protocol that reads the global queue
-/// (parking, drain, cancel, the in-flight closing point, admission's count)
-/// sees prioritized work as it sees any other; the token, when a worker
-/// reaches it, runs the most urgent prioritized job left (or nothing, if a
-/// worker's bypass took it first). Tokens never number fewer than the jobs
-/// here: each job brings one, and a token takes at most one job.
-#[derive(Default)]
-pub(crate) struct PrioQueues {
-    /// Jobs in `high`: read by every worker's look for work (one load,
-    /// zero while priorities are unused), written only with the lock held.
-    high_len: CachePadded<AtomicUsize>,
-    queues: Mutex<Levels>,
-}
-
-#[derive(Default)]
-struct Levels {
-    high: VecDeque<JobRef>,
-    /// With the times each stepped back (`LOW_DEFERS`).
-    low: VecDeque<(JobRef, u8)>,
+/// The selection rules over what waits at each level; `T` is a job in the
+/// pool and a plain number in the unit tests' model run.
+struct Levels<T> {
+    high: VecDeque<T>,
+    /// Low jobs whose place in the global queue was reached, oldest first.
+    low: VecDeque<T>,
+    /// Takes of other work since `low`'s front became the front.
+    overtakes: u32,
+    /// Low jobs still at their place in the global queue (for snapshots).
+    low_at_place: usize,
     /// Jobs taken from each level so far: the snapshots' progress marks
     /// (`dump.rs`: a queue whose count does not move while it holds work).
     high_taken: u64,
     low_taken: u64,
+}
+
+impl<T> Default for Levels<T> {
+    fn default() -> Self {
+        Levels {
+            high: VecDeque::new(),
+            low: VecDeque::new(),
+            overtakes: 0,
+            low_at_place: 0,
+            high_taken: 0,
+            low_taken: 0,
+        }
+    }
+}
+
+impl<T> Levels<T> {
+    fn ready(&self) -> usize {
+        self.high.len() + self.low.len()
+    }
+
+    fn pop_high(&mut self, high_run: &Cell<u32>) -> Option<T> {
+        let job = self.high.pop_front()?;
+        self.high_taken += 1;
+        high_run.set(high_run.get().saturating_add(1));
+        self.overtaken();
+        Some(job)
+    }
+
+    fn pop_low(&mut self, high_run: &Cell<u32>) -> Option<T> {
+        let job = self.low.pop_front()?;
+        self.low_taken += 1;
+        // The next Low job's aging starts now: it was behind this one.
+        self.overtakes = 0;
+        high_run.set(0);
+        Some(job)
+    }
+
+    /// Another job was taken while Low work is ready.
+    fn overtaken(&mut self) {
+        if !self.low.is_empty() {
+            self.overtakes = self.overtakes.saturating_add(1);
+        }
+    }
+
+    /// Before the ordinary queues: a Low job whose aging ran out, else a
+    /// high job unless the worker's burst ran out.
+    fn take_first(&mut self, high_run: &Cell<u32>) -> Option<T> {
+        if !self.low.is_empty() && self.overtakes >= LOW_MAX_OVERTAKES {
+            return self.pop_low(high_run);
+        }
+        if self.high.is_empty() {
+            high_run.set(0);
+            return None;
+        }
+        if high_run.get() < HIGH_BURST {
+            return self.pop_high(high_run);
+        }
+        None
+    }
+
+    /// The worker took an ordinary job instead.
+    fn took_ordinary(&mut self, high_run: &Cell<u32>) {
+        high_run.set(0);
+        self.overtaken();
+    }
+
+    /// Nothing ordinary was queued: high first, then Low.
+    fn take_rest(&mut self, high_run: &Cell<u32>) -> Option<T> {
+        self.pop_high(high_run).or_else(|| self.pop_low(high_run))
+    }
+
+    /// A Low job's place was reached.
+    fn low_reached(&mut self, job: T) {
+        self.low_at_place -= 1;
+        if self.low.is_empty() {
+            self.overtakes = 0;
+        }
+        self.low.push_back(job);
+    }
+}
+
+/// The pool's priority levels: [`Levels`] behind a lock, with the count of
+/// jobs ready here readable without it.
+#[derive(Default)]
+pub(crate) struct PrioQueues {
+    /// Jobs a worker can take from here now (high, and Low whose place was
+    /// reached): every worker's look for work reads it once (zero while
+    /// priorities are unused), written only with the lock held. SeqCst:
+    /// a push stores it before its wake-up's fence and read of the sleep
+    /// state, and a parking worker's re-scan (`has_work`) reads it after
+    /// announcing itself, so one of the two sees the other (the same
+    /// argument as for the global queue's push).
+    ready: CachePadded<AtomicUsize>,
+    levels: Mutex<Levels<JobRef>>,
 }
 
 /// One level's state for a snapshot.
@@ -159,157 +205,158 @@ pub(crate) struct LevelProbe {
     pub(crate) taken: u64,
 }
 
-/// What a token found.
-enum Next {
-    Run(JobRef),
-    /// A low job steps back: the token goes to the queue's tail again.
-    Defer,
-    Nothing,
-}
-
 impl PrioQueues {
-    /// Is there high work to bypass the ordinary queues for? A hint: a
-    /// push racing this read is found through its token instead.
+    /// Is a job ready here? A hint for the worker's look for work (one
+    /// relaxed load): a push racing it is found at the next look, which its
+    /// wake-up guarantees.
     #[inline(always)]
-    pub(crate) fn has_high(&self) -> bool {
-        self.high_len.load(Relaxed) != 0
+    pub(crate) fn any_ready_hint(&self) -> bool {
+        self.ready.load(Relaxed) != 0
     }
 
-    pub(crate) fn pop_high(&self) -> Option<JobRef> {
-        let mut q = lock(&self.queues);
-        let job = q.high.pop_front();
-        q.high_taken += u64::from(job.is_some());
-        self.high_len.store(q.high.len(), Relaxed);
-        job
+    /// Is a job ready here? The ordered read of the visibility protocols.
+    pub(crate) fn has_work(&self) -> bool {
+        self.ready.load(SeqCst) != 0
     }
 
-    /// (high, low) for a snapshot; `None` while priorities were never used.
-    pub(crate) fn probe(&self) -> Option<(LevelProbe, LevelProbe)> {
-        let q = lock(&self.queues);
-        if q.high_taken + q.low_taken == 0 && q.high.is_empty() && q.low.is_empty() {
+    /// Jobs ready here (a Low job still at its place counts in the global
+    /// queue instead).
+    pub(crate) fn len(&self) -> usize {
+        self.ready.load(SeqCst)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Levels<JobRef>) -> R) -> R {
+        let mut levels = lock(&self.levels);
+        let r = f(&mut levels);
+        self.ready.store(levels.ready(), SeqCst);
+        r
+    }
+
+    /// See [`Levels::take_first`]; `high_run` is the worker's count of high
+    /// jobs taken in a row.
+    pub(crate) fn take_first(&self, high_run: &Cell<u32>) -> Option<JobRef> {
+        self.with(|l| l.take_first(high_run))
+    }
+
+    /// See [`Levels::took_ordinary`].
+    pub(crate) fn took_ordinary(&self, high_run: &Cell<u32>) {
+        let mut levels = lock(&self.levels);
+        levels.took_ordinary(high_run);
+    }
+
+    /// See [`Levels::take_rest`].
+    pub(crate) fn take_rest(&self, high_run: &Cell<u32>) -> Option<JobRef> {
+        self.with(|l| l.take_rest(high_run))
+    }
+
+    /// Any job ready here, high first: what shutdown runs or cancels.
+    pub(crate) fn take_any(&self) -> Option<JobRef> {
+        self.with(|l| l.take_rest(&Cell::new(0)))
+    }
+
+    /// (high, low, Low tasks still at their place in the global queue) for
+    /// a snapshot; `None` while priorities were never used. A snapshot
+    /// lists a Low task under its level wherever it waits, so it subtracts
+    /// the third from the global queue's length.
+    pub(crate) fn probe(&self) -> Option<(LevelProbe, LevelProbe, usize)> {
+        let l = lock(&self.levels);
+        if l.high_taken + l.low_taken == 0 && l.high.is_empty() && l.low.is_empty() && l.low_at_place == 0 {
             return None;
         }
         Some((
-            LevelProbe { len: q.high.len(), taken: q.high_taken },
-            LevelProbe { len: q.low.len(), taken: q.low_taken },
+            LevelProbe { len: l.high.len(), taken: l.high_taken },
+            LevelProbe { len: l.low.len() + l.low_at_place, taken: l.low_taken },
+            l.low_at_place,
         ))
-    }
-
-    fn push(&self, job: JobRef, priority: Priority) {
-        let mut q = lock(&self.queues);
-        match priority {
-            Priority::High => {
-                q.high.push_back(job);
-                self.high_len.store(q.high.len(), Relaxed);
-            }
-            _ => q.low.push_back((job, 0)),
-        }
-    }
-
-    /// The token's pick: high first, then low unless it should step back
-    /// behind `normal_waiting` work once more.
-    fn next(&self, normal_waiting: bool) -> Next {
-        let mut q = lock(&self.queues);
-        if let Some(job) = q.high.pop_front() {
-            q.high_taken += 1;
-            self.high_len.store(q.high.len(), Relaxed);
-            return Next::Run(job);
-        }
-        match q.low.front_mut() {
-            None => Next::Nothing,
-            Some((_, defers)) if normal_waiting && *defers < LOW_DEFERS => {
-                *defers += 1;
-                Next::Defer
-            }
-            Some(_) => {
-                q.low_taken += 1;
-                Next::Run(q.low.pop_front().expect("checked above").0)
-            }
-        }
-    }
-
-    /// The token's pick when it is cancelled: any job, most urgent first.
-    fn any(&self) -> Option<JobRef> {
-        let mut q = lock(&self.queues);
-        let job = if let Some(job) = q.high.pop_front() {
-            q.high_taken += 1;
-            Some(job)
-        } else {
-            let job = q.low.pop_front().map(|(job, _)| job);
-            q.low_taken += u64::from(job.is_some());
-            job
-        };
-        self.high_len.store(q.high.len(), Relaxed);
-        job
     }
 }
 
 impl Registry {
-    /// Queues `job` at `priority` (not `Normal`), with its token. The caller
-    /// holds an open submission (a foreign one: its ticket is released only
-    /// after the token is visible, the closing point's rule) and has
-    /// counted the job in `queued` if the pool tracks it; the token itself
-    /// is not counted (see `Token::run`).
+    /// Queues `job` at `priority` (not `Normal`). The caller holds an open
+    /// submission (a foreign one: its ticket is released only after the job
+    /// is visible, the closing point's rule) and has counted the job in
+    /// `queued` if the pool tracks it.
     pub(crate) fn push_prio(self: &Arc<Self>, job: JobRef, priority: Priority) {
-        debug_assert_ne!(priority, Priority::Normal);
-        self.prio.push(job, priority);
-        self.push_token();
-    }
-
-    fn push_token(self: &Arc<Self>) {
-        let data = std::ptr::NonNull::new(Arc::into_raw(self.clone()) as *mut ()).expect("Arc pointer is non-null");
-        // SAFETY: an Arc<Registry> reference handed to the token, read back
-        // once by TOKEN. A token is plumbing no helping waiter may run: it
-        // runs whatever prioritized job is next, of any region.
-        let token = unsafe { JobRef::from_pointer(data, &TOKEN) }.never_help();
-        self.injector.push(token);
-        self.wake_for_new_work();
-    }
-}
-
-/// The token job: see [`PrioQueues`]. Not a task itself (never evicted,
-/// never counted); the job it runs or cancels is.
-const TOKEN: JobVTable = JobVTable { run: token_run, cancel: token_cancel, evictable: false };
-
-unsafe fn registry_of(payload: *mut Payload) -> Arc<Registry> {
-    // SAFETY: built by `push_token`, consumed once.
-    unsafe { Arc::from_raw(JobRef::pointer(payload).as_ptr() as *const Registry) }
-}
-
-unsafe fn token_run(payload: *mut Payload) -> bool {
-    // SAFETY: forwarded.
-    let registry = unsafe { registry_of(payload) };
-    // Normal work is waiting if any is visible (the global queue, an inbox
-    // that took a batch of it, a deque): a scan of the slots, paid only by
-    // tokens.
-    match registry.prio.next(registry.has_visible_work()) {
-        // The worker's `on_dequeue` for this token was the job's.
-        Next::Run(job) => job.run(),
-        Next::Defer => {
-            // The job is still queued: give its count back, and queue the
-            // token again behind the normal work.
-            registry.count_queued_uncounted();
-            registry.push_token();
-            false
-        }
-        Next::Nothing => {
-            // A bypass ran the job (and dequeued it): this dequeue was one
-            // too many.
-            registry.count_queued_uncounted();
-            false
+        match priority {
+            Priority::High => {
+                self.prio.with(|l| l.high.push_back(job));
+                self.wake_for_new_work();
+            }
+            _ => {
+                self.prio.with(|l| l.low_at_place += 1);
+                let vtable = if job.evictable() { &MARKER_EVICTABLE } else { &MARKER_PINNED };
+                let marker = Box::new(LowMarker { job, registry: self.clone() });
+                let data = std::ptr::NonNull::from(Box::leak(marker)).cast::<()>();
+                // SAFETY: a leaked Box<LowMarker>, read back once by its own
+                // vtable; LowMarker is Send (a JobRef and an Arc). A marker
+                // is plumbing no helping waiter may run.
+                let marker = unsafe { JobRef::from_pointer(data, vtable) }.never_help();
+                self.injector.push(marker);
+                self.notify_new_work(None);
+            }
         }
     }
 }
 
-unsafe fn token_cancel(payload: *mut Payload) -> bool {
-    // SAFETY: forwarded.
-    let registry = unsafe { registry_of(payload) };
-    match registry.prio.any() {
-        // `cancel_job` counts the job as `JobRef::cancel` says.
-        Some(job) => job.cancel(),
-        None => {
-            registry.count_queued_uncounted();
-            false
+/// A Low job at its place in the global queue ([`PrioQueues`]). Evicted,
+/// cancelled or counted as the job it wraps: it is that task.
+struct LowMarker {
+    job: JobRef,
+    registry: Arc<Registry>,
+}
+
+// Statics, not consts: `reach_if_low_marker` recognises a marker by its
+// vtable's address, and only a static has one address.
+static MARKER_EVICTABLE: JobVTable =
+    JobVTable { run: LowMarker::reached, cancel: LowMarker::cancel, evictable: true };
+static MARKER_PINNED: JobVTable = JobVTable { run: LowMarker::reached, cancel: LowMarker::cancel, evictable: false };
+
+impl LowMarker {
+
+    /// "Running" the marker: its place was reached. The job moves to the
+    /// ready-low FIFO; nothing ran, so no completion is counted.
+    unsafe fn reached(payload: *mut Payload) -> bool {
+        // SAFETY: built by `push_prio`, consumed once.
+        let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<LowMarker>().as_ptr()) };
+        let LowMarker { job, registry } = *this;
+        // The dequeue that reached the marker was the job's; it is still
+        // queued.
+        registry.count_queued_uncounted();
+        let was_ready = registry.prio.has_work();
+        registry.prio.with(|l| l.low_reached(job));
+        if !was_ready {
+            // Whoever reached it may be about to run something long: an
+            // idle worker can take the job once it is due.
+            registry.wake_for_new_work();
         }
+        false
+    }
+
+    unsafe fn cancel(payload: *mut Payload) -> bool {
+        // SAFETY: as in `reached`.
+        let this = unsafe { Box::from_raw(JobRef::pointer(payload).cast::<LowMarker>().as_ptr()) };
+        let LowMarker { job, registry } = *this;
+        registry.prio.with(|l| l.low_at_place -= 1);
+        // The job's own answer: a user task is counted by `cancel_job`.
+        job.cancel()
     }
 }
+
+/// If `job` is a Low job's marker, reaches it (see [`LowMarker::reached`])
+/// and returns `None`; otherwise gives `job` back. For a worker that took
+/// it from the ordinary queues while looking for work: a marker is a place
+/// in the queue, not work, so the look goes on.
+pub(crate) fn reach_if_low_marker(registry: &Registry, job: JobRef) -> Option<JobRef> {
+    if !job.has_vtable(&MARKER_EVICTABLE) && !job.has_vtable(&MARKER_PINNED) {
+        return Some(job);
+    }
+    // As if executed: the dequeue, then `reached` (which counts the job as
+    // queued again).
+    registry.on_dequeue();
+    let ran = job.run();
+    debug_assert!(!ran, "a marker runs no task");
+    None
+}
+
+#[cfg(test)]
+mod tests;

@@ -74,7 +74,7 @@ pub(crate) struct WorkerThread {
     steal_first: bool,
     rng: Cell<u64>,
     tick: Cell<u32>,
-    /// High-priority jobs taken in a row (`take_high`).
+    /// High-priority jobs taken in a row (`priority.rs`'s bounded bypass).
     high_run: Cell<u32>,
     /// The isolation region of the task running now (0 between tasks);
     /// see `isolation.rs`. Jobs this thread submits inherit it.
@@ -392,7 +392,7 @@ impl WorkerThread {
         // found nothing parks next, and its park re-scans.
         if registry.sleep.stop_spinning()
             && found.is_some()
-            && !registry.injector.is_empty()
+            && (!registry.injector.is_empty() || registry.prio.has_work())
             && registry.sleep.notify_global()
         {
             registry.monitor.kick();
@@ -480,12 +480,48 @@ impl WorkerThread {
     /// Only a searcher steals.
     #[inline(always)]
     fn find_task(&self, searching: bool) -> Option<JobRef> {
-        // High-priority work first (`priority.rs`): one load while unused.
-        if self.registry.prio.has_high()
-            && let Some(job) = self.take_high()
-        {
+        // Prioritized work ready (`priority.rs`): one load, zero while
+        // priorities are unused.
+        if self.registry.prio.any_ready_hint() {
+            return self.find_task_prioritized(searching);
+        }
+        self.find_ordinary(searching)
+    }
+
+    /// [`WorkerThread::find_task`] while high or Low work is ready: the
+    /// selection rules of `priority.rs`, around the ordinary look.
+    #[cold]
+    #[inline(never)]
+    fn find_task_prioritized(&self, searching: bool) -> Option<JobRef> {
+        let prio = &self.registry.prio;
+        if let Some(job) = prio.take_first(&self.high_run) {
+            self.count(Source::Global);
             return Some(job);
         }
+        loop {
+            match self.find_ordinary(searching) {
+                // A Low job's place in the queue: reached, and the look goes on.
+                Some(job) => match crate::priority::reach_if_low_marker(&self.registry, job) {
+                    Some(job) => {
+                        prio.took_ordinary(&self.high_run);
+                        return Some(job);
+                    }
+                    None => continue,
+                },
+                None => {
+                    let job = prio.take_rest(&self.high_run);
+                    if job.is_some() {
+                        self.count(Source::Global);
+                    }
+                    return job;
+                }
+            }
+        }
+    }
+
+    /// The ordinary queues, in the module comment's order.
+    #[inline(always)]
+    fn find_ordinary(&self, searching: bool) -> Option<JobRef> {
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
         if tick.is_multiple_of(FAIRNESS_INTERVAL)
@@ -503,24 +539,6 @@ impl WorkerThread {
         }
         let steal = || if searching { self.steal(None) } else { None };
         if self.steal_first { steal().or_else(|| self.take_global()) } else { self.take_global().or_else(steal) }
-    }
-
-    /// A high-priority job, unless this worker took `HIGH_BURST` in a row:
-    /// then it passes once, and takes ordinary work (the bounded bypass).
-    #[cold]
-    #[inline(never)]
-    fn take_high(&self) -> Option<JobRef> {
-        let run = self.high_run.get();
-        if run >= crate::priority::HIGH_BURST {
-            self.high_run.set(0);
-            return None;
-        }
-        let job = self.registry.prio.pop_high();
-        self.high_run.set(if job.is_some() { run + 1 } else { 0 });
-        if job.is_some() {
-            self.count(Source::Global);
-        }
-        job
     }
 
     pub(crate) fn count_local_pop(&self) {

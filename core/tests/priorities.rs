@@ -1,12 +1,13 @@
-//! Priorities (issue 29): `High` work goes before queued work with a
-//! bounded bypass, `Low` work steps back behind normal work a bounded
-//! number of times (aging), lanes carry a priority, and prioritized tasks
-//! end exactly once under both shutdown modes, with the queue's count kept
-//! exact.
+//! Priorities: `High` work goes before queued work with a bounded bypass,
+//! a `Low` task starts after the normal work queued before it and ages by
+//! a bound no stream of work can reset, lanes carry a priority, and
+//! prioritized tasks end exactly once under both shutdown modes, with the
+//! queue's count kept exact (it counts tasks, never bookkeeping).
 //!
 //! Orders are checked on a single worker held by a gate while the work is
 //! queued: the order a lone worker takes queued work in is deterministic,
-//! so no check depends on timing.
+//! so no check depends on timing. A reference model of the documented
+//! rules (`model_order`) is compared with the pool on random mixes.
 
 mod common;
 
@@ -214,6 +215,241 @@ fn the_queue_count_stays_exact_when_high_work_is_bypassed() {
         // Tokens left behind by bypassed high tasks run after the group
         // emptied: wait for the queue to drain under the hang guard.
         common::eventually(LIMIT, "the queue's count back to 0", || pool.stats().queued == 0);
+        pool.shutdown(Shutdown::Drain, None).unwrap();
+        assert_eq!(pool.stats().queued, 0);
+    });
+}
+
+// ------------------------------------------------- the reference model ----
+//
+// What the docs promise, as an executable model of one worker that takes
+// work queued before it started (docs/scheduling.md, "Priorities"):
+// high work before ordinary work, but ordinary work after every HIGH_BURST
+// high tasks in a row; a Low task's place in the global queue is reached
+// when the worker next looks at ordinary work after every normal task
+// queued before it started, and it then starts once LOW_MAX_OVERTAKES
+// other tasks started since it became the oldest Low task waiting, or when
+// nothing else is queued. A cancelled or expired task keeps its place and
+// is taken like any task, but never runs.
+
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    Runs,
+    CancelledBeforeStart,
+    Expired,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    priority: Priority,
+    ending: Ending,
+}
+
+/// The order (submission indices) in which the model's worker starts the
+/// tasks that run.
+fn model_order(ops: &[Op]) -> Vec<usize> {
+    use std::collections::VecDeque;
+    let burst = HIGH_BURST as usize;
+    let max_overtakes = wspool::LOW_MAX_OVERTAKES as usize;
+    let mut high: VecDeque<usize> = VecDeque::new();
+    let mut ordinary: VecDeque<usize> = VecDeque::new();
+    for (i, op) in ops.iter().enumerate() {
+        match op.priority {
+            Priority::High => high.push_back(i),
+            _ => ordinary.push_back(i),
+        }
+    }
+    let mut ready_low: VecDeque<usize> = VecDeque::new();
+    let (mut overtakes, mut high_in_a_row) = (0, 0);
+    let mut taken = Vec::new();
+    loop {
+        let next = if !ready_low.is_empty() && overtakes >= max_overtakes {
+            high_in_a_row = 0;
+            overtakes = 0;
+            ready_low.pop_front()
+        } else if !high.is_empty() && high_in_a_row < burst {
+            high_in_a_row += 1;
+            overtakes += usize::from(!ready_low.is_empty());
+            high.pop_front()
+        } else {
+            while ordinary.front().is_some_and(|&i| ops[i].priority == Priority::Low) {
+                if ready_low.is_empty() {
+                    overtakes = 0;
+                }
+                ready_low.extend(ordinary.pop_front());
+            }
+            if let Some(i) = ordinary.pop_front() {
+                high_in_a_row = 0;
+                overtakes += usize::from(!ready_low.is_empty());
+                Some(i)
+            } else if let Some(i) = high.pop_front() {
+                high_in_a_row += 1;
+                overtakes += usize::from(!ready_low.is_empty());
+                Some(i)
+            } else {
+                high_in_a_row = 0;
+                overtakes = 0;
+                ready_low.pop_front()
+            }
+        };
+        match next {
+            Some(i) => taken.push(i),
+            None => break,
+        }
+    }
+    taken.into_iter().filter(|&i| matches!(ops[i].ending, Ending::Runs)).collect()
+}
+
+/// Queues `ops` from outside the pool on a single worker held at a gate,
+/// opens the gate, and returns the order the tasks ran in, checking that
+/// every task ended exactly once as its op says.
+fn pool_order(ops: &[Op]) -> Vec<usize> {
+    let ops = ops.to_vec();
+    watchdog(LIMIT, "the priority model's run", move || {
+        let (pool, gate, _guard) = held_single_worker(Pool::builder());
+        let order: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let outcomes = Arc::new(Outcomes::default());
+        let g = pool.group();
+        let mut handles = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let (order, t) = (order.clone(), Tracked::new(&outcomes));
+            let task = move || {
+                order.lock().unwrap().push(i);
+                t.run();
+            };
+            let deadline = matches!(op.ending, Ending::Expired).then(Instant::now);
+            let opts = SpawnOptions { group: Some(&g), priority: op.priority, deadline, ..Default::default() };
+            match op.ending {
+                Ending::CancelledBeforeStart => handles.push(pool.submit_with(opts, task).unwrap()),
+                _ => pool.spawn_with(opts, task).unwrap(),
+            }
+        }
+        for h in &handles {
+            assert!(h.cancel(), "a queued task is cancelled");
+        }
+        gate.open();
+        g.wait().unwrap();
+        let runs = ops.iter().filter(|op| matches!(op.ending, Ending::Runs)).count();
+        assert_eq!(outcomes.ran.load(SeqCst), runs);
+        assert_eq!(outcomes.dropped_unrun.load(SeqCst), ops.len() - runs);
+        let stats = pool.stats();
+        assert_eq!(stats.expired as usize, ops.iter().filter(|op| matches!(op.ending, Ending::Expired)).count());
+        common::eventually(LIMIT, "the queue's count back to 0", || pool.stats().queued == 0);
+        order.lock().unwrap().clone()
+    })
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let priority = prop_oneof![Just(Priority::Low), Just(Priority::Normal), Just(Priority::High)];
+    let ending = prop_oneof![8 => Just(Ending::Runs), 1 => Just(Ending::CancelledBeforeStart), 1 => Just(Ending::Expired)];
+    (priority, ending).prop_map(|(priority, ending)| Op { priority, ending })
+}
+
+/// Random cases per run: 64 by default (about 2 s in release), more with
+/// WSPOOL_PROPTEST_CASES.
+fn cases() -> u32 {
+    std::env::var("WSPOOL_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: cases(), failure_persistence: None, ..Default::default()
+    })]
+
+    /// The pool's order is the model's, for random mixes of priorities,
+    /// cancellations and expiries queued on one held worker.
+    #[test]
+    fn one_worker_runs_prioritized_work_in_the_models_order(ops in proptest::collection::vec(op(), 0..160)) {
+        proptest::prop_assert_eq!(pool_order(&ops), model_order(&ops));
+    }
+}
+
+#[test]
+fn low_tasks_queued_first_run_after_the_normal_tasks_queued_after_them() {
+    // The report: 3 Low then 5 normal ran as L0 N0 N1 N2 N3 N4 L1 L2.
+    let low = Op { priority: Priority::Low, ending: Ending::Runs };
+    let normal = Op { priority: Priority::Normal, ending: Ending::Runs };
+    let ops = [low, low, low, normal, normal, normal, normal, normal];
+    assert_eq!(pool_order(&ops), [3, 4, 5, 6, 7, 0, 1, 2]);
+}
+
+#[test]
+fn a_low_task_runs_within_its_bound_under_a_self_renewing_high_lane() {
+    // One Low task, 20 normal ones, and a high lane whose every turn queues
+    // the next: the Low task must not wait for the stream to end.
+    watchdog(LIMIT, "low under a high stream", || {
+        let (pool, gate, _guard) = held_single_worker(Pool::builder());
+        let order: Order = Arc::default();
+        pool.spawn_with(at(Priority::Low), push(&order, "L".into())).unwrap();
+        for i in 0..20 {
+            pool.spawn(push(&order, format!("N{i}"))).unwrap();
+        }
+        let lane = Arc::new(pool.lane_with_priority(1, Priority::High));
+        let high_ran = Arc::new(AtomicUsize::new(0));
+        fn renew(pool: Pool, lane: Arc<wspool::SerialQueue>, order: Order, high_ran: Arc<AtomicUsize>) {
+            let n = high_ran.fetch_add(1, SeqCst);
+            if n >= 20_000 || order.lock().unwrap().iter().filter(|t| !t.starts_with('H')).count() == 21 {
+                return;
+            }
+            order.lock().unwrap().push(format!("H{n}"));
+            let (p, l, o, h) = (pool.clone(), lane.clone(), order.clone(), high_ran.clone());
+            lane.spawn(move || renew(p, l, o, h)).unwrap();
+        }
+        for _ in 0..8 {
+            let (p, l, o, h) = (pool.clone(), lane.clone(), order.clone(), high_ran.clone());
+            lane.spawn(move || renew(p, l, o, h)).unwrap();
+        }
+        gate.open();
+        common::eventually(LIMIT, "the low task ran", || order.lock().unwrap().iter().any(|t| t == "L"));
+        let order = order.lock().unwrap().clone();
+        let low_at = order.iter().position(|t| t == "L").unwrap();
+        // Its place is reached after at most one high burst, then at most
+        // LOW_MAX_OVERTAKES tasks start before it.
+        let bound = (HIGH_BURST + wspool::LOW_MAX_OVERTAKES) as usize;
+        assert!(low_at <= bound, "the low task started after {low_at} others (bound {bound}): {order:?}");
+        pool.shutdown(Shutdown::Drain, None).unwrap();
+    });
+}
+
+#[test]
+fn a_steady_high_stream_leaves_nothing_queued_but_tasks() {
+    // A foreign thread keeps 8 high tasks queued: `queued` counts exactly
+    // the tasks waiting, and a normal task submitted into the stream starts
+    // within one burst per worker.
+    watchdog(LIMIT, "queued under a high stream", || {
+        let pool = Pool::builder().min_threads(1).growth(Growth::Fixed).queue_capacity(1_000).build().unwrap();
+        let (ran, normal_ran) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let mut high_after_normal = None;
+        for i in 0..20_000usize {
+            while i - ran.load(SeqCst) >= 8 {
+                std::thread::yield_now();
+            }
+            let r = ran.clone();
+            pool.spawn_with(at(Priority::High), move || {
+                r.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+            assert!(pool.stats().queued <= 10, "queued {} with at most 10 tasks waiting", pool.stats().queued);
+            if i == 10_000 {
+                let n = normal_ran.clone();
+                let r = ran.clone();
+                pool.spawn(move || {
+                    n.store(true, SeqCst);
+                    r.fetch_add(0, SeqCst);
+                })
+                .unwrap();
+                high_after_normal = Some(ran.load(SeqCst));
+            }
+            if let Some(start) = high_after_normal
+                && normal_ran.load(SeqCst)
+            {
+                let overtook = ran.load(SeqCst) - start;
+                assert!(overtook <= 2 * HIGH_BURST as usize, "{overtook} high tasks ran before a queued normal one");
+                high_after_normal = None;
+            }
+        }
+        common::eventually(LIMIT, "the normal task ran", || normal_ran.load(SeqCst));
         pool.shutdown(Shutdown::Drain, None).unwrap();
         assert_eq!(pool.stats().queued, 0);
     });

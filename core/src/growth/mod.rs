@@ -82,7 +82,7 @@ impl Registry {
         // The queues travel to the thread; on a spawn failure they come back.
         let carrier = Arc::new(Mutex::new(Some(queues)));
         let carried = carrier.clone();
-        let spawned = crate::priority::spawn_at(self.config.nice_target, builder, move || {
+        let spawned = crate::nice::spawn_at(self.config.nice_target, builder, move || {
             let queues = lock(&carried).take();
             drop(carried);
             if let Some(queues) = queues {

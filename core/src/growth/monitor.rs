@@ -126,7 +126,7 @@ impl Monitor {
         let weak = Arc::downgrade(registry);
         let nice = config.nice_target;
         let builder = std::thread::Builder::new().name(format!("{}-monitor", config.name));
-        let handle = crate::priority::spawn_at(nice, builder, move || monitor_loop(weak, params, grows))?;
+        let handle = crate::nice::spawn_at(nice, builder, move || monitor_loop(weak, params, grows))?;
         *slot = Some(handle);
         Ok(())
     }

@@ -171,7 +171,7 @@ impl Registry {
 
     /// Is there a job any worker could take right now?
     pub(crate) fn has_visible_work(&self) -> bool {
-        if !self.injector.is_empty() {
+        if !self.injector.is_empty() || self.prio.has_work() {
             return true;
         }
         let n = self.high_water.load(Acquire);
@@ -189,7 +189,7 @@ impl Registry {
             return self.queued.load(SeqCst);
         }
         let n = self.high_water.load(Acquire);
-        self.injector.len() + self.slots[..n].iter().map(|s| s.stealer.len() + s.inbox.len()).sum::<usize>()
+        self.injector.len() + self.prio.len() + self.slots[..n].iter().map(|s| s.stealer.len() + s.inbox.len()).sum::<usize>()
     }
 
     pub(crate) fn stats(&self) -> Stats {

@@ -30,13 +30,20 @@ impl Registry {
     }
 
     pub(crate) fn cancel_global_queue(&self) {
+        while let Some(job) = self.take_shared() {
+            self.on_dequeue();
+            self.cancel_job(job);
+        }
+    }
+
+    /// A job of the shared queues (the global queue, then the priority
+    /// levels), for shutdown. A Low job's marker taken here moves the job
+    /// to its level, where a later call finds it.
+    fn take_shared(&self) -> Option<JobRef> {
         loop {
             match self.injector.steal() {
-                Steal::Success(job) => {
-                    self.on_dequeue();
-                    self.cancel_job(job);
-                }
-                Steal::Empty => break,
+                Steal::Success(job) => return Some(job),
+                Steal::Empty => return self.prio.take_any(),
                 Steal::Retry => continue,
             }
         }
@@ -90,18 +97,12 @@ impl Registry {
         // What remains (a job pushed by a pool thread of this pool after the
         // last worker's final look; a worker that retired with jobs; what an
         // in-flight submitter pushed) is handled here, as the mode says.
-        loop {
-            match self.injector.steal() {
-                Steal::Success(job) if self.state() == CANCELLING => {
-                    self.on_dequeue();
-                    self.cancel_job(job);
-                }
-                Steal::Success(job) => {
-                    self.on_dequeue();
-                    self.run_on_caller(job);
-                }
-                Steal::Empty => break,
-                Steal::Retry => continue,
+        while let Some(job) = self.take_shared() {
+            self.on_dequeue();
+            if self.state() == CANCELLING {
+                self.cancel_job(job);
+            } else {
+                self.run_on_caller(job);
             }
         }
         true

@@ -269,8 +269,8 @@ impl Registry {
             }
             Ok(Admission::Queue) => {
                 open.count_task(None);
-                // The ticket (`open`) is given back after the token is
-                // visible in the global queue.
+                // The ticket (`open`) is given back after the job is
+                // visible (`push_prio`).
                 self.push_prio(into_job(task), priority);
                 Ok(())
             }
@@ -413,7 +413,8 @@ impl Registry {
         let outcome = catch_unwind(AssertUnwindSafe(|| job.run()));
         let owed = here.completion.replace(outer).is_owed();
         match outcome {
-            Ok(_) if owed => self.counters.completed_off_pool.add(1),
+            // A tombstone or plumbing (false) ran no task.
+            Ok(true) if owed => self.counters.completed_off_pool.add(1),
             Ok(_) => {}
             Err(payload) => {
                 if owed {
