@@ -194,7 +194,8 @@
 #define WSPOOL_SUBMIT_GLOBAL 1
 
 /**
- * `wspool_submit_opts.priority`: behind normal work, aged so it is never starved.
+ * `wspool_submit_opts.priority`: behind the normal work queued before it, aged so it is never
+ * starved.
  */
 #define WSPOOL_PRIORITY_LOW -1
 
@@ -209,14 +210,22 @@
 #define WSPOOL_PRIORITY_HIGH 1
 
 /**
- * High-priority tasks a worker takes in a row before one ordinary task.
+ * High-priority tasks a worker takes in a row before it takes ordinary work (when there is
+ * some).
  */
 #define WSPOOL_PRIORITY_HIGH_BURST 16
 
 /**
- * Times a low-priority task steps back behind queued normal work.
+ * A low-priority task's aging, in bursts: `WSPOOL_PRIORITY_LOW_MAX_OVERTAKES` is this times
+ * `WSPOOL_PRIORITY_HIGH_BURST`.
  */
 #define WSPOOL_PRIORITY_LOW_DEFERS 2
+
+/**
+ * The most tasks (normal or high) that start before a low-priority task once its place in the
+ * queue was reached and it is the oldest low-priority task waiting.
+ */
+#define WSPOOL_PRIORITY_LOW_MAX_OVERTAKES 32
 
 /**
  * Size of the first published `wspool_submit_opts` layout (up to `on_cancel`): the smallest
@@ -482,9 +491,11 @@ typedef struct wspool_submit_opts {
   uint64_t deadline_ns;
   /**
    * Added with priorities: `WSPOOL_PRIORITY_NORMAL` (0, the default),
-   * `WSPOOL_PRIORITY_HIGH` (before every queued task, at most `WSPOOL_PRIORITY_HIGH_BURST` in a
-   * row per worker) or `WSPOOL_PRIORITY_LOW` (behind queued normal work, stepping back at most
-   * `WSPOOL_PRIORITY_LOW_DEFERS` times); anything else is `WSPOOL_EINVAL`. It applies to
+   * `WSPOOL_PRIORITY_HIGH` (before every queued task; after `WSPOOL_PRIORITY_HIGH_BURST` in a
+   * row a worker takes ordinary work whenever there is some) or `WSPOOL_PRIORITY_LOW` (starts
+   * after every normal task queued before it; once its place in the queue is reached, at most
+   * `WSPOOL_PRIORITY_LOW_MAX_OVERTAKES` later tasks, normal or high, start before it, so it is
+   * never starved); anything else is `WSPOOL_EINVAL`. It applies to
    * submissions from threads that are not the pool's (a pool thread's task keeps its deque's
    * order); a task on a lane takes the lane's priority (`wspool_lane_create`).
    */

@@ -495,7 +495,7 @@ class serial_queue;
 /// submitted from threads that are not the pool's (a pool thread's task keeps
 /// its deque's order); a lane's tasks take the lane's priority.
 enum class priority : int {
-    /// Behind queued normal work, stepping back at most WSPOOL_PRIORITY_LOW_DEFERS times (never starved).
+    /// After the normal work queued before it; then at most WSPOOL_PRIORITY_LOW_MAX_OVERTAKES later tasks start first (never starved).
     low = WSPOOL_PRIORITY_LOW,
     normal = WSPOOL_PRIORITY_NORMAL,
     /// Before every queued task, at most WSPOOL_PRIORITY_HIGH_BURST in a row per worker.

@@ -52,9 +52,11 @@ pub struct wspool_submit_opts {
     /// handle, which expires it at the deadline. A deadline already past is accepted and expires.
     pub deadline_ns: u64,
     /// Added with priorities: `WSPOOL_PRIORITY_NORMAL` (0, the default),
-    /// `WSPOOL_PRIORITY_HIGH` (before every queued task, at most `WSPOOL_PRIORITY_HIGH_BURST` in a
-    /// row per worker) or `WSPOOL_PRIORITY_LOW` (behind queued normal work, stepping back at most
-    /// `WSPOOL_PRIORITY_LOW_DEFERS` times); anything else is `WSPOOL_EINVAL`. It applies to
+    /// `WSPOOL_PRIORITY_HIGH` (before every queued task; after `WSPOOL_PRIORITY_HIGH_BURST` in a
+    /// row a worker takes ordinary work whenever there is some) or `WSPOOL_PRIORITY_LOW` (starts
+    /// after every normal task queued before it; once its place in the queue is reached, at most
+    /// `WSPOOL_PRIORITY_LOW_MAX_OVERTAKES` later tasks, normal or high, start before it, so it is
+    /// never starved); anything else is `WSPOOL_EINVAL`. It applies to
     /// submissions from threads that are not the pool's (a pool thread's task keeps its deque's
     /// order); a task on a lane takes the lane's priority (`wspool_lane_create`).
     pub priority: c_int,
@@ -68,18 +70,25 @@ pub struct wspool_submit_opts {
     pub label: *const c_char,
 }
 
-/// `wspool_submit_opts.priority`: behind normal work, aged so it is never starved.
+/// `wspool_submit_opts.priority`: behind the normal work queued before it, aged so it is never
+/// starved.
 pub const WSPOOL_PRIORITY_LOW: c_int = -1;
 /// `wspool_submit_opts.priority`: the default, the pool's ordinary queues.
 pub const WSPOOL_PRIORITY_NORMAL: c_int = 0;
 /// `wspool_submit_opts.priority`: before every queued task, with a bounded bypass.
 pub const WSPOOL_PRIORITY_HIGH: c_int = 1;
-/// High-priority tasks a worker takes in a row before one ordinary task.
+/// High-priority tasks a worker takes in a row before it takes ordinary work (when there is
+/// some).
 pub const WSPOOL_PRIORITY_HIGH_BURST: u32 = 16;
-/// Times a low-priority task steps back behind queued normal work.
+/// A low-priority task's aging, in bursts: `WSPOOL_PRIORITY_LOW_MAX_OVERTAKES` is this times
+/// `WSPOOL_PRIORITY_HIGH_BURST`.
 pub const WSPOOL_PRIORITY_LOW_DEFERS: u32 = 2;
+/// The most tasks (normal or high) that start before a low-priority task once its place in the
+/// queue was reached and it is the oldest low-priority task waiting.
+pub const WSPOOL_PRIORITY_LOW_MAX_OVERTAKES: u32 = 32;
 const _: () = assert!(WSPOOL_PRIORITY_HIGH_BURST == wspool_core::HIGH_BURST);
 const _: () = assert!(WSPOOL_PRIORITY_LOW_DEFERS == wspool_core::LOW_DEFERS as u32);
+const _: () = assert!(WSPOOL_PRIORITY_LOW_MAX_OVERTAKES == wspool_core::LOW_MAX_OVERTAKES);
 
 /// The core's priority for a C one.
 pub(crate) fn priority_of(p: c_int) -> Res<wspool_core::Priority> {
