@@ -383,6 +383,36 @@ static void test_priorities_order(void) {
     gate_destroy(&g);
 }
 
+/* Low tasks queued first, then normal ones: each Low task is behind exactly the normal work
+ * queued before it (none here) and lets at most WSPOOL_PRIORITY_LOW_MAX_OVERTAKES later tasks
+ * start first, so all five normal tasks run before any Low one. */
+static void test_low_queued_first_runs_after_later_normal(void) {
+    gate_t g;
+    wspool *p = held_single(&g);
+    order_t o;
+    memset(&o, 0, sizeof o);
+    pthread_mutex_init(&o.m, NULL);
+    wspool_group *grp = NULL;
+    OK(wspool_group_create(p, &grp));
+    otask_t t[8] = {{&o, 'l'}, {&o, 'l'}, {&o, 'l'}, {&o, 'n'}, {&o, 'n'}, {&o, 'n'}, {&o, 'n'}, {&o, 'n'}};
+    for (int i = 0; i < 8; i++) {
+        wspool_submit_opts so;
+        wspool_submit_opts_init(&so);
+        so.group = grp;
+        so.priority = i < 3 ? WSPOOL_PRIORITY_LOW : WSPOOL_PRIORITY_NORMAL;
+        OK(wspool_submit_ex(p, otask_run, &t[i], &so, NULL));
+    }
+    CHECK(WSPOOL_PRIORITY_LOW_MAX_OVERTAKES == WSPOOL_PRIORITY_LOW_DEFERS * WSPOOL_PRIORITY_HIGH_BURST);
+    gate_open(&g);
+    OK(wspool_group_wait(grp, -1));
+    CHECK(strcmp(o.log, "nnnnnlll") == 0);
+    if (strcmp(o.log, "nnnnnlll") != 0) fprintf(stderr, "  order: %s\n", o.log);
+    wspool_group_destroy(grp);
+    wspool_destroy(p);
+    pthread_mutex_destroy(&o.m);
+    gate_destroy(&g);
+}
+
 int main(int argc, char **argv) {
     static const test_case tests[] = {
         {"constants_and_clock", test_constants_and_clock},
@@ -394,6 +424,7 @@ int main(int argc, char **argv) {
         {"lane_limit", test_lane_limit},
         {"lane_cancel_shutdown", test_lane_cancel_shutdown},
         {"priorities_order", test_priorities_order},
+        {"low_queued_first_runs_after_later_normal", test_low_queued_first_runs_after_later_normal},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

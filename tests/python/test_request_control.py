@@ -156,6 +156,22 @@ def test_priorities_order_a_held_worker(one_worker: wspool.Pool) -> None:
     assert order == ["high", "normal", "low"]
 
 
+def test_low_calls_queued_first_run_after_normal_calls_queued_after_them(one_worker: wspool.Pool) -> None:
+    # Each Low call is behind the normal work queued before it and lets at
+    # most LOW_MAX_OVERTAKES (32) later calls start first: three Low calls
+    # queued before five normal ones start after all five.
+    pool = one_worker
+    release, gate = hold(pool)
+    order: list[str] = []
+    futs = [pool.options(priority="low").submit(order.append, f"L{i}") for i in range(3)]
+    futs += [pool.submit(order.append, f"N{i}") for i in range(5)]
+    release.set()
+    gate.result(LIMIT)
+    for f in futs:
+        f.result(LIMIT)
+    assert order == ["N0", "N1", "N2", "N3", "N4", "L0", "L1", "L2"]
+
+
 def test_a_lane_of_two_never_runs_more_than_two() -> None:
     with wspool.Pool(max_workers=8) as pool:
         lane = pool.lane(2)
