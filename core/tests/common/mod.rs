@@ -193,6 +193,27 @@ pub fn held_single_worker(builder: wspool::Builder) -> (wspool::Pool, Arc<Gate>,
     (pool, gate, guard)
 }
 
+/// A Fixed pool of `workers` threads (from `builder`), every worker held by
+/// its own gate task until the returned guard drops or the gate opens: what
+/// is submitted next waits in the queue. Each gate task is submitted only
+/// once the previous one started, so each lands on a free worker.
+pub fn held_workers(builder: wspool::Builder, workers: usize) -> (wspool::Pool, Arc<Gate>, OpenOnDrop) {
+    let pool = builder.min_threads(workers).growth(wspool::Growth::Fixed).build().unwrap();
+    let gate = Arc::new(Gate::default());
+    let guard = OpenOnDrop(gate.clone());
+    let started = Arc::new(AtomicUsize::new(0));
+    for held in 1..=workers {
+        let (g, s) = (gate.clone(), started.clone());
+        pool.spawn(move || {
+            s.fetch_add(1, SeqCst);
+            g.wait();
+        })
+        .unwrap();
+        eventually(Duration::from_secs(10), "every worker is held", || started.load(SeqCst) == held);
+    }
+    (pool, gate, guard)
+}
+
 /// A Fixed 2-thread pool with one worker held for 200 ms by a task of
 /// `group`, so the other worker is the only one free.
 pub fn pool_with_one_free_worker() -> (wspool::Pool, wspool::Group) {
