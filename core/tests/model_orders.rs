@@ -118,6 +118,10 @@ struct Sub {
     handle: bool,
     group: Option<usize>,
     children: Vec<Child>,
+    /// Tasks in this submission: 1 a single call, more a batch call
+    /// (`spawn_batch_with`, or `submit_batch` with handles), every task
+    /// alike and without children.
+    batch: usize,
 }
 
 /// A submission from a running task (children submit nothing). It joins
@@ -129,14 +133,20 @@ struct Child {
     fate: Fate,
     handle: bool,
     in_parent_group: bool,
+    /// As `Sub::batch`.
+    batch: usize,
 }
 
 /// Compact, so that a minimal failing case reads as a line: place (`G`
 /// global, `D` the worker's deque, `L1` lane 1), fate (`run`, `far`, `exp`,
 /// `can`, `can-past`), `h` with a handle, `g2` in group 2 (`pg`: the
-/// parent's group), then the children in brackets.
-fn describe(f: &mut std::fmt::Formatter<'_>, place: Place, fate: Fate, handle: bool) -> std::fmt::Result {
+/// parent's group), then the children in brackets; `4x` before it: a batch
+/// of 4 such tasks.
+fn describe(f: &mut std::fmt::Formatter<'_>, place: Place, fate: Fate, handle: bool, batch: usize) -> std::fmt::Result {
     {
+        if batch > 1 {
+            write!(f, "{batch}x")?;
+        }
         match place {
             Place::Global => write!(f, "G")?,
             Place::Local => write!(f, "D")?,
@@ -159,7 +169,7 @@ fn describe(f: &mut std::fmt::Formatter<'_>, place: Place, fate: Fate, handle: b
 
 impl std::fmt::Debug for Child {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        describe(f, self.place, self.fate, self.handle)?;
+        describe(f, self.place, self.fate, self.handle, self.batch)?;
         if self.in_parent_group {
             write!(f, ":pg")?;
         }
@@ -169,7 +179,7 @@ impl std::fmt::Debug for Child {
 
 impl std::fmt::Debug for Sub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        describe(f, self.place, self.fate, self.handle)?;
+        describe(f, self.place, self.fate, self.handle, self.batch)?;
         if let Some(g) = self.group {
             write!(f, ":g{g}")?;
         }
@@ -195,30 +205,37 @@ struct Spec {
     fate: Fate,
     handle: bool,
     group: Option<usize>,
+    /// What it submits when it runs, in order.
     children: Vec<usize>,
+    /// The same, one entry per call (a batch is one call).
+    child_calls: Vec<Vec<usize>>,
 }
 
-/// The case's tasks, and the ids submitted from outside in order.
-fn flatten(case: &Case) -> (Vec<Spec>, Vec<usize>) {
-    let mut specs = Vec::new();
-    let mut foreign = Vec::new();
+/// The case's tasks, and the ids submitted from outside: in order, and per
+/// call (a batch is one call).
+fn flatten(case: &Case) -> (Vec<Spec>, Vec<usize>, Vec<Vec<usize>>) {
+    let mut specs: Vec<Spec> = Vec::new();
+    let mut calls = Vec::new();
+    let spec = |place, fate, handle, group| Spec { place, fate, handle, group, children: vec![], child_calls: vec![] };
     for sub in &case.subs {
-        let id = specs.len();
-        foreign.push(id);
-        specs.push(Spec { place: sub.place, fate: sub.fate, handle: sub.handle, group: sub.group, children: vec![] });
+        let first = specs.len();
+        let call: Vec<usize> = (first..first + sub.batch).collect();
+        for _ in 0..sub.batch {
+            specs.push(spec(sub.place, sub.fate, sub.handle, sub.group));
+        }
         for child in &sub.children {
             let c = specs.len();
-            specs.push(Spec {
-                place: child.place,
-                fate: child.fate,
-                handle: child.handle,
-                group: sub.group.filter(|_| child.in_parent_group),
-                children: vec![],
-            });
-            specs[id].children.push(c);
+            let call: Vec<usize> = (c..c + child.batch).collect();
+            for _ in 0..child.batch {
+                specs.push(spec(child.place, child.fate, child.handle, sub.group.filter(|_| child.in_parent_group)));
+            }
+            specs[first].children.extend(&call);
+            specs[first].child_calls.push(call);
         }
+        calls.push(call);
     }
-    (specs, foreign)
+    let foreign = calls.iter().flatten().copied().collect();
+    (specs, foreign, calls)
 }
 
 mod strategies {
@@ -239,14 +256,28 @@ mod strategies {
         (0..LANES).prop_map(Place::Lane)
     }
 
+    /// A fate a batch without handles can have (it cannot be cancelled).
+    fn uncancelled() -> impl Strategy<Value = Fate> {
+        prop_oneof![12 => Just(Fate::Runs), 2 => Just(Fate::FarDeadline), 3 => Just(Fate::Expires)]
+    }
+
+    fn child_place() -> impl Strategy<Value = Place> {
+        prop_oneof![4 => Just(Place::Local), 2 => Just(Place::Global), 2 => lane()]
+    }
+
     fn child() -> impl Strategy<Value = Child> {
-        let place = prop_oneof![4 => Just(Place::Local), 2 => Just(Place::Global), 2 => lane()];
-        (place, fate(), any::<bool>(), any::<bool>()).prop_map(|(place, fate, handle, in_parent_group)| Child {
-            place,
-            fate,
-            handle: handle || fate.cancels(),
-            in_parent_group,
-        })
+        let single =
+            (child_place(), fate(), any::<bool>(), any::<bool>()).prop_map(|(place, fate, handle, in_parent_group)| {
+                Child { place, fate, handle: handle || fate.cancels(), in_parent_group, batch: 1 }
+            });
+        // `spawn_batch_with` takes every option; `submit_batch` none (from
+        // a pool thread its tasks go to the deque).
+        let spawn_batch = (child_place(), uncancelled(), any::<bool>(), 2..6usize).prop_map(
+            |(place, fate, in_parent_group, batch)| Child { place, fate, handle: false, in_parent_group, batch },
+        );
+        let submit_batch = (prop_oneof![Just(Fate::Runs), Just(Fate::Cancelled)], 2..6usize)
+            .prop_map(|(fate, batch)| Child { place: Place::Local, fate, handle: true, in_parent_group: false, batch });
+        prop_oneof![10 => single, 1 => spawn_batch, 1 => submit_batch]
     }
 
     fn sub() -> impl Strategy<Value = Sub> {
@@ -259,13 +290,35 @@ mod strategies {
             5 => proptest::collection::vec(child(), 1..5),
             1 => proptest::collection::vec(child(), 50..91),
         ];
-        (place, fate(), any::<bool>(), group, children).prop_map(|(place, fate, handle, group, children)| Sub {
+        let single = (place, fate(), any::<bool>(), group.clone(), children).prop_map(
+            |(place, fate, handle, group, children)| Sub {
+                place,
+                fate,
+                handle: handle || fate.cancels(),
+                group,
+                children,
+                batch: 1,
+            },
+        );
+        let place = prop_oneof![3 => Just(Place::Global), 2 => lane()];
+        let spawn_batch = (place, uncancelled(), group, 2..6usize).prop_map(|(place, fate, group, batch)| Sub {
             place,
             fate,
-            handle: handle || fate.cancels(),
+            handle: false,
             group,
-            children,
-        })
+            children: vec![],
+            batch,
+        });
+        let submit_batch =
+            (prop_oneof![Just(Fate::Runs), Just(Fate::Cancelled)], 2..6usize).prop_map(|(fate, batch)| Sub {
+                place: Place::Global,
+                fate,
+                handle: true,
+                group: None,
+                children: vec![],
+                batch,
+            });
+        prop_oneof![10 => single, 1 => spawn_batch, 1 => submit_batch]
     }
 
     pub fn case() -> impl Strategy<Value = Case> {
@@ -416,7 +469,7 @@ struct Divergence {
 /// Is `observed` (the ids in the order they started) an order the model
 /// allows for `case` on one worker?
 fn model_allows(case: &Case, observed: &[usize]) -> Result<(), Divergence> {
-    let (specs, foreign) = flatten(case);
+    let (specs, foreign, _) = flatten(case);
     let mut best = Divergence { agreed: 0, allowed: vec![], model: vec![] };
     let mut best_phase = 0;
     for phase in 0..FAIRNESS_INTERVAL {
@@ -483,7 +536,7 @@ fn model_allows(case: &Case, observed: &[usize]) -> Result<(), Divergence> {
 /// The model's order for one phase, turns going back to the tail after a
 /// task that did not run (the first reading).
 fn model_order(case: &Case, phase: u32) -> Vec<usize> {
-    let (specs, foreign) = flatten(case);
+    let (specs, foreign, _) = flatten(case);
     let mut m = Model::new(&case.widths, phase);
     for &id in &foreign {
         m.submit(&specs, id);
@@ -669,19 +722,25 @@ struct Ctx {
     far: Instant,
 }
 
-fn submit(ctx: &Arc<Ctx>, id: usize) {
-    let spec = &ctx.specs[id];
+/// Task `id`'s closure: logs its start, submits its children, logs its end.
+fn task(ctx: &Arc<Ctx>, id: usize) -> impl FnOnce() + Send + 'static {
     let probe = Probe { ctx: ctx.clone(), id, ran: false };
-    let task = move || {
+    move || {
         probe.start();
         let ctx = probe.ctx.clone();
-        for &c in &ctx.specs[probe.id].children {
-            submit(&ctx, c);
+        for call in &ctx.specs[probe.id].child_calls {
+            submit(&ctx, call);
         }
         // Room for another worker to overlap (several workers only).
         std::thread::yield_now();
         probe.finish();
-    };
+    }
+}
+
+/// Submits the tasks `ids` in one call (one task, or a batch of alike
+/// tasks), from whichever thread calls it.
+fn submit(ctx: &Arc<Ctx>, ids: &[usize]) {
+    let spec = &ctx.specs[ids[0]];
     let deadline = match spec.fate {
         Fate::FarDeadline => Some(ctx.far),
         f if f.past_deadline() => Some(ctx.past),
@@ -700,20 +759,34 @@ fn submit(ctx: &Arc<Ctx>, id: usize) {
     };
     let lane_guard = lane.map(|l| {
         let guard = ctx.lane_submit[l].lock().unwrap_or_else(|e| e.into_inner());
-        ctx.log.lock().lane_submitted[l].push(id);
+        ctx.log.lock().lane_submitted[l].extend(ids);
         guard
     });
-    if spec.handle {
-        let h = ctx.pool.submit_with(opts, task).expect("an unbounded running pool accepts");
-        drop(lane_guard);
+    let handles = match (ids.len(), spec.handle) {
+        (1, true) => vec![ctx.pool.submit_with(opts, task(ctx, ids[0])).expect("an unbounded running pool accepts")],
+        (1, false) => {
+            ctx.pool.spawn_with(opts, task(ctx, ids[0])).expect("an unbounded running pool accepts");
+            vec![]
+        }
+        (_, true) => {
+            // No options: a plain batch, to the global queue from outside and
+            // to the deque from a pool thread (the strategies keep to that).
+            let tasks: Vec<_> = ids.iter().map(|&id| task(ctx, id)).collect();
+            ctx.pool.submit_batch(tasks).expect("an unbounded running pool accepts a batch")
+        }
+        (_, false) => {
+            let tasks: Vec<_> = ids.iter().map(|&id| task(ctx, id)).collect();
+            ctx.pool.spawn_batch_with(opts, tasks).expect("an unbounded running pool accepts a batch");
+            vec![]
+        }
+    };
+    drop(lane_guard);
+    for (&id, h) in ids.iter().zip(handles) {
         if spec.fate.cancels() {
             let cancelled = h.cancel();
             ctx.cancels.lock().unwrap().push((id, cancelled));
         }
         ctx.handles.lock().unwrap().push((id, h));
-    } else {
-        ctx.pool.spawn_with(opts, task).expect("an unbounded running pool accepts");
-        drop(lane_guard);
     }
 }
 
@@ -730,7 +803,7 @@ fn run_case(case: &Case, workers: usize) -> Run {
     watchdog(LIMIT, "a model case", move || {
         let (pool, gate, _guard) =
             if workers == 1 { held_single_worker(Pool::builder()) } else { held_workers(Pool::builder(), workers) };
-        let (specs, foreign) = flatten(&case);
+        let (specs, foreign, calls) = flatten(&case);
         let n = specs.len();
         let now = Instant::now();
         let ctx = Arc::new(Ctx {
@@ -746,8 +819,8 @@ fn run_case(case: &Case, workers: usize) -> Run {
             past: now,
             far: now + Duration::from_secs(3600),
         });
-        for &id in &foreign {
-            submit(&ctx, id);
+        for call in &calls {
+            submit(&ctx, call);
         }
         // Every cancel so far came before the gate opened: each must win.
         for &(id, cancelled) in ctx.cancels.lock().unwrap().iter() {
@@ -909,11 +982,11 @@ proptest::proptest! {
 // The model itself, checked on cases whose order the docs spell out.
 
 fn plain(place: Place) -> Sub {
-    Sub { place, fate: Fate::Runs, handle: false, group: None, children: vec![] }
+    Sub { place, fate: Fate::Runs, handle: false, group: None, children: vec![], batch: 1 }
 }
 
 fn local_child() -> Child {
-    Child { place: Place::Local, fate: Fate::Runs, handle: false, in_parent_group: false }
+    Child { place: Place::Local, fate: Fate::Runs, handle: false, in_parent_group: false, batch: 1 }
 }
 
 #[test]
