@@ -795,10 +795,22 @@ struct Run {
     order: Vec<usize>,
 }
 
+/// How a case's pool ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// The gate opens, everything runs, then `Shutdown::Drain`.
+    Drain,
+    /// `Shutdown::Cancel` begins while every worker is still held: no
+    /// worker has taken any of the queued tasks, so each ends cancelled,
+    /// "whatever their deadline" (`docs/scheduling.md`).
+    CancelWhileHeld,
+}
+
 /// Queues `case` from outside on `workers` workers held at a gate, opens
-/// the gate, waits for the groups (in order) and for every task, and
-/// checks every promised bound. Returns the order tasks started in.
-fn run_case(case: &Case, workers: usize) -> Run {
+/// the gate (`end` says how the pool ends), waits for the groups (in
+/// order) and for every task, and checks every promised bound. Returns
+/// the order tasks started in.
+fn run_case(case: &Case, workers: usize, end: End) -> Run {
     let case = case.clone();
     watchdog(LIMIT, "a model case", move || {
         let (pool, gate, _guard) =
@@ -826,7 +838,18 @@ fn run_case(case: &Case, workers: usize) -> Run {
         for &(id, cancelled) in ctx.cancels.lock().unwrap().iter() {
             assert!(cancelled, "cancel of task {id}, queued and not started, returned false");
         }
-        gate.open();
+        match end {
+            End::Drain => gate.open(),
+            End::CancelWhileHeld => {
+                let closer = {
+                    let pool = pool.clone();
+                    std::thread::spawn(move || pool.shutdown(Shutdown::Cancel, None))
+                };
+                common::eventually(LIMIT, "the shutdown began", || pool.is_shutdown());
+                gate.open();
+                closer.join().expect("shutdown does not panic").expect("the cancelling shutdown finishes");
+            }
+        }
 
         // Groups: each wait returns after every task of its group ended.
         let mut group_marks = Vec::new();
@@ -870,12 +893,17 @@ fn run_case(case: &Case, workers: usize) -> Run {
         }
         let stats = pool.stats();
         pool.shutdown(Shutdown::Drain, None).expect("the drain finishes");
+        // Once shut down, the queue counts nothing, and every task the pool
+        // accepted (the gate tasks too) was counted.
+        let closed = pool.stats();
+        assert_eq!(closed.queued, 0, "Stats::queued after the shutdown");
+        assert_eq!(closed.submitted as usize, expected_tasks.len() + workers, "Stats::submitted");
 
         // Every task ended exactly once, as its fate (and its cancel) says.
         let cancels: Vec<(usize, bool)> = ctx.cancels.lock().unwrap().clone();
         let st = ctx.log.lock();
         assert!(st.violations.is_empty(), "bounds broken: {:#?}", st.violations);
-        let (mut expired, mut cancelled) = (0, 0);
+        let (mut ran_total, mut expired, mut cancelled) = (0, 0, 0);
         for id in 0..n {
             let rec = &st.records[id];
             let fate = ctx.specs[id].fate;
@@ -888,6 +916,7 @@ fn run_case(case: &Case, workers: usize) -> Run {
             let ending = rec.endings[0].0;
             let cancel_won = cancels.iter().find(|c| c.0 == id).map(|c| c.1);
             let want = match (fate, cancel_won) {
+                _ if end == End::CancelWhileHeld => Ending::Cancelled,
                 (Fate::Runs | Fate::FarDeadline, _) => Ending::Ran,
                 (Fate::Expires, _) => Ending::Expired,
                 (_, Some(true)) => Ending::Cancelled,
@@ -898,6 +927,7 @@ fn run_case(case: &Case, workers: usize) -> Run {
             };
             assert_eq!(ending, want, "task {id} ({fate:?}, cancel won: {cancel_won:?})");
             assert_eq!(rec.started, ending == Ending::Ran, "task {id} started but did not run, or the reverse");
+            ran_total += usize::from(ending == Ending::Ran);
             expired += usize::from(ending == Ending::Expired);
             cancelled += usize::from(ending == Ending::Cancelled);
             if let Some(&(_, h)) = handle_endings.iter().find(|h| h.0 == id) {
@@ -912,6 +942,7 @@ fn run_case(case: &Case, workers: usize) -> Run {
             );
         }
         assert_eq!(stats.expired as usize, expired, "Stats::expired");
+        assert_eq!(closed.completed as usize, ran_total + workers, "Stats::completed (the gate tasks too)");
         assert_eq!(stats.cancelled as usize, cancelled, "Stats::cancelled");
         for (l, &peak) in st.lane_peak.iter().enumerate() {
             assert!(peak <= case.widths[l], "lane {l}: {peak} at once, width {}", case.widths[l]);
@@ -940,7 +971,7 @@ fn cases(default: u32) -> u32 {
 }
 
 fn check_one_worker(case: &Case) -> Result<(), String> {
-    let run = run_case(case, 1);
+    let run = run_case(case, 1, End::Drain);
     model_allows(case, &run.order).map_err(|d| {
         format!(
             "one worker started {:?}\nwhich no order the docs allow matches past its first {} tasks: next the model allows {:?}\nmodel order (closest phase, turns back to the tail): {:?}",
@@ -973,7 +1004,21 @@ proptest::proptest! {
     /// hold whatever the schedule.
     #[test]
     fn several_workers_keep_every_bound(case in strategies::case(), workers in 2..=4usize) {
-        run_case(&case, workers);
+        run_case(&case, workers, End::Drain);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: cases(64), failure_persistence: None, ..Default::default()
+    })]
+
+    /// 64 cases: `Shutdown::Cancel` begun while 1 to 4 workers are held
+    /// ends every queued task cancelled, exactly once, whatever its
+    /// deadline; group waits return after it.
+    #[test]
+    fn a_cancelling_shutdown_ends_every_queued_task_cancelled_once(case in strategies::case(), workers in 1..=4usize) {
+        run_case(&case, workers, End::CancelWhileHeld);
     }
 }
 
