@@ -9,6 +9,7 @@
 //! takes before notifying, the notification cannot fall between the check
 //! and the sleep. Setters pay one atomic load when nobody waits.
 
+use std::task::Waker;
 use std::time::Instant;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -41,26 +42,84 @@ pub(crate) trait Awaitable {
     }
 }
 
-/// Waiters' side of a heap-allocated latch: a condvar for foreign threads and
-/// a list of pool workers parked in their pool's sleep system. Touched only
-/// when somebody actually sleeps.
+/// Waiters' side of a heap-allocated latch: a condvar for foreign threads, a
+/// list of pool workers parked in their pool's sleep system, and the wakers
+/// of futures awaiting it (a group's, `group/future.rs`). Touched only when
+/// somebody actually sleeps. `waiters` counts the blocked threads, the
+/// parked workers and the stored wakers.
 #[derive(Default)]
 pub(crate) struct Signal {
     waiters: AtomicUsize,
-    sleepers: Mutex<Vec<(Arc<Registry>, usize)>>,
+    sleepers: Mutex<Sleepers>,
     cv: Condvar,
+}
+
+#[derive(Default)]
+struct Sleepers {
+    workers: Vec<(Arc<Registry>, usize)>,
+    /// Each awaiting future's waker, under the key the future keeps.
+    wakers: Vec<(u64, Waker)>,
 }
 
 impl Signal {
     /// Call after changing the condition.
     pub(crate) fn notify(&self) {
         if self.waiters.load(SeqCst) != 0 {
-            let sleepers = lock(&self.sleepers);
+            let mut sleepers = lock(&self.sleepers);
             self.cv.notify_all();
-            for (registry, index) in sleepers.iter() {
+            for (registry, index) in sleepers.workers.iter() {
                 registry.sleep.wake_worker(*index);
             }
+            // Each stored waker is taken out and woken once; a future that
+            // finds the condition false again on its next poll registers
+            // anew. Woken after the lock is released: a waker runs the
+            // executor's code, which must not find this lock held.
+            let wakers = std::mem::take(&mut sleepers.wakers);
+            if !wakers.is_empty() {
+                self.waiters.fetch_sub(wakers.len(), SeqCst);
+            }
+            drop(sleepers);
+            for (_, waker) in wakers {
+                waker.wake();
+            }
         }
+    }
+
+    /// Stores `waker` for the next [`Signal::notify`], under `key` (a
+    /// future's own, `new_waker_key`), replacing the one stored under it
+    /// unless that `will_wake` the same task. As with `register_sleeper`,
+    /// the caller looks at its condition afterwards (before returning
+    /// `Pending`): the count is raised, in the same SeqCst order, before
+    /// that look.
+    pub(crate) fn register_waker(&self, key: u64, waker: &Waker) {
+        let stale = {
+            let mut sleepers = lock(&self.sleepers);
+            match sleepers.wakers.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, stored)) if stored.will_wake(waker) => None,
+                Some((_, stored)) => Some(std::mem::replace(stored, waker.clone())),
+                None => {
+                    self.waiters.fetch_add(1, SeqCst);
+                    sleepers.wakers.push((key, waker.clone()));
+                    None
+                }
+            }
+        };
+        // A replaced waker is dropped outside the lock, as in `notify`.
+        drop(stale);
+    }
+
+    /// Takes the waker stored under `key` back, if `notify` has not.
+    pub(crate) fn unregister_waker(&self, key: u64) {
+        let taken = {
+            let mut sleepers = lock(&self.sleepers);
+            let pos = sleepers.wakers.iter().position(|(k, _)| *k == key);
+            pos.map(|pos| sleepers.wakers.swap_remove(pos))
+        };
+        if taken.is_some() {
+            self.waiters.fetch_sub(1, SeqCst);
+        }
+        // The waker, if any, is dropped here, outside the lock.
+        drop(taken);
     }
 
     /// Sleeps until `done()` holds or `deadline` passes; returns `done()`.
@@ -113,18 +172,25 @@ impl Signal {
 
     pub(crate) fn register_sleeper(&self, registry: &Arc<Registry>, index: usize) {
         self.waiters.fetch_add(1, SeqCst);
-        lock(&self.sleepers).push((registry.clone(), index));
+        lock(&self.sleepers).workers.push((registry.clone(), index));
     }
 
     pub(crate) fn unregister_sleeper(&self, index: usize) {
         {
             let mut sleepers = lock(&self.sleepers);
-            if let Some(pos) = sleepers.iter().position(|(_, i)| *i == index) {
-                sleepers.swap_remove(pos);
+            if let Some(pos) = sleepers.workers.iter().position(|(_, i)| *i == index) {
+                sleepers.workers.swap_remove(pos);
             }
         }
         self.waiters.fetch_sub(1, SeqCst);
     }
+}
+
+/// A key for [`Signal::register_waker`], unique in the process (only its
+/// uniqueness matters: Relaxed).
+pub(crate) fn new_waker_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Set once, never reset. Lives in an `Arc` (task handles), so the setter

@@ -56,6 +56,7 @@ mod stats;
 mod sync;
 mod task;
 mod wait;
+mod waker_slot;
 mod worker;
 
 pub use config::{
@@ -71,7 +72,7 @@ pub use dump::{
     WaitTarget,
 };
 pub use error::{BatchError, ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
-pub use group::{Group, GroupPlace, LocalGroup};
+pub use group::{Group, GroupFuture, GroupPlace, LocalGroup};
 pub use growth::{blocking, blocking_begin, blocking_end};
 pub use isolation::isolate;
 pub use join::join;
@@ -81,7 +82,7 @@ pub use priority::{HIGH_BURST, LOW_DEFERS, LOW_MAX_OVERTAKES, Priority};
 pub use scope::Scope;
 pub use serial::SerialQueue;
 pub use stats::Stats;
-pub use task::{TaskHandle, TaskState};
+pub use task::{TaskFuture, TaskHandle, TaskState};
 pub use worker::current_index;
 
 /// Internals exposed for the loom model checks (`--cfg loom`) only.
@@ -92,4 +93,5 @@ pub mod __loom {
     pub use crate::growth::compensation::Compensation;
     pub use crate::injector::Injector;
     pub use crate::sleep::{NO_REGION, Sleep, Wake};
+    pub use crate::waker_slot::WakerSlot;
 }

@@ -13,6 +13,10 @@ use crate::job::{JobRef, JobVTable, Payload};
 use crate::latch::{Awaitable, OnceLatch};
 use crate::registry::{Registry, drop_payload};
 use crate::wait::wait_on;
+use crate::waker_slot::WakerSlot;
+
+mod future;
+pub use future::TaskFuture;
 
 const PENDING: u8 = 0;
 const RUNNING: u8 = 1;
@@ -47,6 +51,9 @@ struct TaskCell<T, F> {
     func: UnsafeCell<Option<F>>,
     result: UnsafeCell<Option<Result<T, TaskError>>>,
     latch: OnceLatch,
+    /// An awaiting future's waker (`task/future.rs`), woken right after
+    /// the latch is set.
+    waker: WakerSlot,
     registry: Arc<Registry>,
     /// A waiter on a pool thread may run the task itself if it has not
     /// started (false for serial-queue tasks, whose turn is fixed).
@@ -120,6 +127,7 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
         crate::stats::count_completion_now();
         self.state.store(DONE, SeqCst);
         self.latch.set();
+        self.waker.complete();
         true
     }
 
@@ -157,6 +165,7 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
         unsafe { *self.result.get() = Some(Err(error)) };
         counter.add(1);
         self.latch.set();
+        self.waker.complete();
         true
     }
 }
@@ -165,6 +174,7 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
 trait TaskControl<T>: Send + Sync {
     fn state(&self) -> TaskState;
     fn latch(&self) -> &OnceLatch;
+    fn waker(&self) -> &WakerSlot;
     fn registry(&self) -> &Registry;
     fn run_inline(&self) -> bool;
     fn cancel(&self) -> bool;
@@ -190,6 +200,9 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskControl<T> for Ta
     }
     fn latch(&self) -> &OnceLatch {
         &self.latch
+    }
+    fn waker(&self) -> &WakerSlot {
+        &self.waker
     }
     fn registry(&self) -> &Registry {
         &self.registry
@@ -269,6 +282,7 @@ impl<T: Send + 'static> TaskHandle<T> {
             func: UnsafeCell::new(Some(f)),
             result: UnsafeCell::new(None),
             latch: OnceLatch::default(),
+            waker: WakerSlot::new(),
             registry: registry.clone(),
             runner: AtomicUsize::new(0),
             serial: AtomicUsize::new(0),

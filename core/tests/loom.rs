@@ -24,6 +24,9 @@
 //! back under a thief, and a FIFO batch steal racing the owner's pops. loom cannot run OS timeouts (a timed park is
 //! modelled as "may time out at once"); `core/tests/stress.rs` and the
 //! race tests in `lifecycle.rs` cover the real deques under contention.
+//! The waker hand-off of an awaited task (`waker_slot.rs`) is checked by
+//! `waker_*`: a poll's registration, a re-registration with another waker
+//! and a future's drop, each racing the task's completion.
 #![cfg(loom)]
 #![allow(missing_docs)]
 
@@ -32,7 +35,7 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, fence};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use wspool::__loom::{Compensation, Injector as GlobalQueue, NO_REGION, Sleep, Steal, Wake, Worker};
+use wspool::__loom::{Compensation, Injector as GlobalQueue, NO_REGION, Sleep, Steal, Wake, WakerSlot, Worker};
 
 /// A worker's own deque as `deque/mod.rs` implements the words this protocol
 /// reads: the owner's push publishes `back` with Release (no SeqCst fence);
@@ -953,5 +956,170 @@ fn deque_release_memory_races_steal() {
         owner.push(3);
         got.extend(std::iter::from_fn(|| owner.pop()));
         assert_each_once(got, 4);
+    });
+}
+
+/// A waker for the `waker_*` models that counts its wakes, and the wakers
+/// made, cloned and dropped (a leak or a double drop shows as an
+/// imbalance). The counts are loom atomics read after the join.
+#[derive(Default)]
+struct WakerCounts {
+    made: AtomicUsize,
+    clones: AtomicUsize,
+    drops: AtomicUsize,
+    wakes: AtomicUsize,
+}
+
+static COUNTING_VTABLE: std::task::RawWakerVTable =
+    std::task::RawWakerVTable::new(counting_clone, counting_wake, counting_wake_by_ref, counting_drop);
+
+unsafe fn counting_clone(data: *const ()) -> std::task::RawWaker {
+    // SAFETY: `data` is a `std::sync::Arc<WakerCounts>` reference owned by
+    // the RawWaker being cloned (see `WakerCounts::waker`).
+    unsafe {
+        (*(data as *const WakerCounts)).clones.fetch_add(1, SeqCst);
+        std::sync::Arc::increment_strong_count(data as *const WakerCounts);
+    }
+    std::task::RawWaker::new(data, &COUNTING_VTABLE)
+}
+
+unsafe fn counting_wake(data: *const ()) {
+    // SAFETY: as in `counting_clone`; waking by value drops the waker.
+    unsafe {
+        counting_wake_by_ref(data);
+        counting_drop(data);
+    }
+}
+
+unsafe fn counting_wake_by_ref(data: *const ()) {
+    // SAFETY: as in `counting_clone`.
+    unsafe { (*(data as *const WakerCounts)).wakes.fetch_add(1, SeqCst) };
+}
+
+unsafe fn counting_drop(data: *const ()) {
+    // SAFETY: as in `counting_clone`; this RawWaker's reference goes back.
+    let counts = unsafe { std::sync::Arc::from_raw(data as *const WakerCounts) };
+    counts.drops.fetch_add(1, SeqCst);
+}
+
+impl WakerCounts {
+    fn waker(self: &std::sync::Arc<Self>) -> std::task::Waker {
+        self.made.fetch_add(1, SeqCst);
+        let data = std::sync::Arc::into_raw(self.clone()) as *const ();
+        // SAFETY: the vtable's functions treat `data` as the Arc reference
+        // handed over here.
+        unsafe { std::task::Waker::from_raw(std::task::RawWaker::new(data, &COUNTING_VTABLE)) }
+    }
+    fn wakes(&self) -> usize {
+        self.wakes.load(SeqCst)
+    }
+    fn assert_balanced(&self) {
+        let (made, clones, drops) = (self.made.load(SeqCst), self.clones.load(SeqCst), self.drops.load(SeqCst));
+        assert_eq!(made + clones, drops, "wakers leaked or dropped twice: {made} made, {clones} cloned, {drops} dropped");
+    }
+}
+
+/// The task's side: writes its result (a loom cell, so that a waiter's
+/// read not ordered after the write is reported), then completes.
+fn spawn_completer(slot: &Arc<WakerSlot>, result: &Arc<loom::cell::UnsafeCell<u32>>) -> thread::JoinHandle<()> {
+    let (slot, result) = (slot.clone(), result.clone());
+    thread::spawn(move || {
+        // SAFETY: the task's one write, before `complete`.
+        result.with_mut(|r| unsafe { *r = 42 });
+        slot.complete();
+    })
+}
+
+/// A waiter that sees the task complete reads its result.
+fn read_result(result: &loom::cell::UnsafeCell<u32>) -> u32 {
+    // SAFETY: read only after the slot said complete (loom checks that
+    // this read is ordered after the write).
+    result.with(|r| unsafe { *r })
+}
+
+/// A poll's registration races the task's completion. Either the poll
+/// returns Ready (it saw the completion, and reads the result) and nobody
+/// is woken, or it returns Pending and the completion wakes its waker
+/// exactly once. `make test-loom` builds the slot with its closing
+/// compare-exchange turned into a plain store
+/// (`--cfg wspool_mutant_waker_store_close`) and requires this model to
+/// report the lost wake-up.
+#[test]
+fn waker_register_races_complete() {
+    loom::model(|| {
+        let slot = Arc::new(WakerSlot::new());
+        let result = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        let counts = std::sync::Arc::new(WakerCounts::default());
+        let completer = spawn_completer(&slot, &result);
+        let waker = counts.waker();
+        let ready = slot.register(&waker);
+        if ready {
+            assert_eq!(read_result(&result), 42);
+        }
+        completer.join().unwrap();
+        if ready {
+            assert_eq!(counts.wakes(), 0, "a poll that returned Ready was also woken");
+        } else {
+            assert_eq!(counts.wakes(), 1, "lost wake-up: the poll returned Pending and the completion did not wake it");
+            assert!(slot.register(&waker), "woken: the next poll is ready");
+            assert_eq!(read_result(&result), 42);
+        }
+        drop((waker, slot));
+        counts.assert_balanced();
+    });
+}
+
+/// A first poll stored one waker; a second poll, with a waker of another
+/// task, races the completion. Only the waker stored last may be woken:
+/// a pending second poll is woken exactly once through the new waker and
+/// never through the replaced one; a ready second poll was woken at most
+/// once, through the first waker, by a completion that came before it.
+#[test]
+fn waker_reregister_races_complete() {
+    loom::model(|| {
+        let slot = Arc::new(WakerSlot::new());
+        let result = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        let (first, second) = (std::sync::Arc::new(WakerCounts::default()), std::sync::Arc::new(WakerCounts::default()));
+        let w1 = first.waker();
+        assert!(!slot.register(&w1));
+        let completer = spawn_completer(&slot, &result);
+        let w2 = second.waker();
+        let ready = slot.register(&w2);
+        if ready {
+            assert_eq!(read_result(&result), 42);
+        }
+        completer.join().unwrap();
+        if ready {
+            assert_eq!(second.wakes(), 0, "a poll that returned Ready was also woken");
+            assert!(first.wakes() <= 1, "the first waker was woken twice");
+        } else {
+            assert_eq!(first.wakes(), 0, "the replaced waker was woken");
+            assert_eq!(second.wakes(), 1, "lost wake-up: the second poll returned Pending and was not woken");
+        }
+        drop((w1, w2, slot));
+        first.assert_balanced();
+        second.assert_balanced();
+    });
+}
+
+/// The future is dropped (its waker taken back) while the task completes:
+/// the cell is never touched by both (loom reports concurrent access),
+/// the waker is woken at most once, and every clone is dropped once.
+#[test]
+fn waker_drop_races_complete() {
+    loom::model(|| {
+        let slot = Arc::new(WakerSlot::new());
+        let result = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        let counts = std::sync::Arc::new(WakerCounts::default());
+        let waker = counts.waker();
+        assert!(!slot.register(&waker));
+        drop(waker);
+        let completer = spawn_completer(&slot, &result);
+        slot.unregister();
+        completer.join().unwrap();
+        assert!(counts.wakes() <= 1, "woken twice");
+        assert!(slot.is_complete());
+        drop(slot);
+        counts.assert_balanced();
     });
 }

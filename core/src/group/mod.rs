@@ -14,6 +14,7 @@
 //! membership travel inline in the deque slot when they fit (a C task
 //! does), and the count is touched once at spawn and once at finish.
 
+mod future;
 mod lease;
 mod local;
 mod state;
@@ -28,6 +29,7 @@ use crate::job::HeapJob;
 use crate::registry::Registry;
 use crate::task::TaskHandle;
 
+pub use future::GroupFuture;
 pub(crate) use lease::LeaseSlot;
 pub use local::{GroupPlace, LocalGroup};
 use state::{GroupInner, HANDLE, Member, RegistryRef};

@@ -30,6 +30,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicPtr, AtomicU64};
+use std::task::Waker;
 use std::time::Instant;
 
 use super::lease::Lease;
@@ -207,6 +208,32 @@ impl GroupInner {
             self.refs.fetch_or(SLEEPER, SeqCst);
         }
         self.probe()
+    }
+
+    /// An awaiting future's look (`super::GroupFuture`): true if the group
+    /// is empty (the future's waker then taken back, if `registered`);
+    /// else `waker` is stored under `key` for the task that empties the
+    /// group, `registered` set, and false. Stored before the look that
+    /// marks `SLEEPER`, as a sleeping waiter registers before its own
+    /// (module comment): the finisher that empties the group then sees the
+    /// bit and wakes the stored wakers.
+    pub(super) fn poll_empty(&self, key: u64, registered: &mut bool, waker: &Waker) -> bool {
+        if !self.probe() {
+            self.signal.register_waker(key, waker);
+            *registered = true;
+            if !self.mark_sleeper_and_probe() {
+                return false;
+            }
+        }
+        if std::mem::take(registered) {
+            self.signal.unregister_waker(key);
+        }
+        true
+    }
+
+    /// Takes back the waker a dropped future stored under `key`.
+    pub(super) fn forget_waker(&self, key: u64) {
+        self.signal.unregister_waker(key);
     }
 
     /// The caller holds the only count (its handle): no task, no other
