@@ -102,8 +102,9 @@ test-rust-debug:
 # the deques; then mutants of the real code that the models must catch (a
 # model that cannot catch the bug it exists for proves nothing): without the
 # local-push fence, without the deque pop's fence, with push publishing
-# through a Release store instead of a Release fence, and with
-# release_memory freeing buffers without checking for thieves.
+# through a Release store instead of a Release fence, with
+# release_memory freeing buffers without checking for thieves, and with an
+# awaited task's waker registration closing with a plain store (waker_slot.rs).
 test-loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --profile test-release -p wspool --test loom --target-dir target/loom
 	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_push_fence" LOOM_MAX_PREEMPTIONS=3 \
@@ -122,6 +123,8 @@ test-loom:
 	  EXPECT="Causality violation" WHAT="push publishing with a Release store instead of a fence"
 	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_no_stealing_check MODEL=deque_release_memory_races_steal \
 	  EXPECT="Causality violation" WHAT="release_memory freeing without checking for thieves"
+	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_waker_store_close MODEL=waker_register_races_complete \
+	  EXPECT="lost wake-up" WHAT="an awaited task's waker registration closing with a store instead of its compare-exchange"
 
 # One mutant of the real code: built with --cfg $(MUTANT), the loom model
 # $(MODEL) must fail, and with $(EXPECT) in its output.
@@ -138,7 +141,8 @@ loom-mutant:
 # a use after free or a lost provenance would break, under Miri: the
 # workers' deques, the global queue with its batch reservation (push_run),
 # the completion queue's nodes, the group state and the job payloads
-# (inline closures and boxed pointers), once; the racing tests
+# (inline closures and boxed pointers), the awaited task's waker hand-off
+# and its future (waker_slot::, task::future::), once; the racing tests
 # among them again with several seeds (each seed is another schedule of the
 # same threads). The tests are
 # Miri-sized under cfg(miri); tests Miri cannot judge are ignored there
@@ -152,7 +156,7 @@ loom-mutant:
 # schedules, is the exhaustive check.)
 # Every run is under -Zmiri-strict-provenance: a pointer kept as an integer
 # and cast back (which Miri can only accept on trust) fails the run.
-MIRI_MODULES := deque:: injector:: cq:: group:: deadline:: job::
+MIRI_MODULES := deque:: injector:: cq:: group:: deadline:: job:: waker_slot:: task::future::
 # The tests whose threads race (names containing these), run with every seed
 # of MIRI_SEEDS; the rest of MIRI_MODULES run once (seed 0).
 MIRI_RACING := race concurrent whatever_order
