@@ -1022,6 +1022,51 @@ proptest::proptest! {
     }
 }
 
+// ------------------------------------------------ the deadline's count ----
+
+/// `docs/scheduling.md` ("Deadlines"): an expired task is counted in
+/// `Stats::expired` "before anything a waiter wakes on"; DESIGN.md: stats
+/// read after a wait returned include the work that wait waited for. A
+/// task with a handle, in a group, past its deadline: once `Group::wait`
+/// returns, `Stats::expired` counts it. Repeated to catch the race; no
+/// timing is assumed (a pool that keeps the promise passes every round).
+///
+/// DEFECT on main when this was written (kept failing on purpose, not
+/// weakened): `TaskCell::drop_if_pending` (`core/src/task.rs`) drops the
+/// closure, which releases the group membership and wakes the waiter,
+/// and only then adds to `Stats::expired` (the spawn path,
+/// `deadline.rs`, counts first). Seen: 4 to 19 early waits in 20,000 on a
+/// loaded 2-core machine. A cancelled handle task in a group has the same
+/// order (`Stats::cancelled` after the drop). Counting before the drop
+/// makes this pass (tried on a scratch copy).
+#[test]
+fn a_group_wait_returns_after_its_expired_task_is_counted() {
+    const ROUNDS: u64 = 20_000;
+    let early = watchdog(LIMIT, "expired handle tasks in a group", || {
+        let pool = Pool::builder().min_threads(1).growth(wspool::Growth::Fixed).build().unwrap();
+        let group = pool.group();
+        let mut early = Vec::new();
+        for round in 0..ROUNDS {
+            let opts = SpawnOptions { group: Some(&group), deadline: Some(Instant::now()), ..Default::default() };
+            let h = pool.submit_with(opts, || ()).unwrap();
+            group.wait().unwrap();
+            let counted = pool.stats().expired;
+            if counted < round + 1 {
+                early.push((round, counted));
+            }
+            assert!(matches!(h.wait(), Err(TaskError::Expired)));
+        }
+        pool.shutdown(Shutdown::Drain, None).unwrap();
+        early
+    });
+    assert!(
+        early.is_empty(),
+        "{} of {ROUNDS} group waits returned before Stats::expired counted the expired task (round, expired seen): {:?}",
+        early.len(),
+        &early[..early.len().min(10)]
+    );
+}
+
 // ------------------------------------------- the model against the docs ----
 //
 // The model itself, checked on cases whose order the docs spell out.
