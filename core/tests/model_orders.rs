@@ -861,7 +861,7 @@ fn run_case(case: &Case, workers: usize, end: End) -> Run {
         let mut group_marks = Vec::new();
         for (g, group) in ctx.groups.iter().enumerate() {
             group.wait().expect("no task panics");
-            group_marks.push((g, ctx.log.mark()));
+            group_marks.push((g, ctx.log.mark(), pool.stats()));
         }
 
         // Which tasks were submitted: those from outside, and the children
@@ -954,16 +954,31 @@ fn run_case(case: &Case, workers: usize, end: End) -> Run {
             assert!(peak <= case.widths[l], "lane {l}: {peak} at once, width {}", case.widths[l]);
         }
         // Group waits returned after their tasks ended, captures dropped.
-        for &(g, mark) in &group_marks {
-            for &id in expected_tasks.iter().filter(|&&id| ctx.specs[id].group == Some(g)) {
+        // Stats read after a wait include what it waited for (DESIGN.md):
+        // the groups are waited for in order, so after group g's wait the
+        // tasks of groups 0..=g that ran count in `completed`, and those
+        // that expired in `expired`. (Expired tasks with a handle are left
+        // out here: `a_group_wait_returns_after_its_expired_task_is_counted`
+        // shows they are counted late, and a rare failure here would hide
+        // what else a case finds.)
+        let (mut ran_so_far, mut expired_so_far) = (0, 0);
+        for (g, mark, stats) in &group_marks {
+            for &id in expected_tasks.iter().filter(|&&id| ctx.specs[id].group == Some(*g)) {
                 let rec = &st.records[id];
                 assert!(
-                    rec.endings[0].1 < mark && rec.drops[0] < mark,
+                    rec.endings[0].1 < *mark && rec.drops[0] < *mark,
                     "group {g}'s wait returned before its task {id} ended ({:?}, dropped at {}, wait at {mark})",
                     rec.endings[0],
                     rec.drops[0]
                 );
+                ran_so_far += usize::from(rec.endings[0].0 == Ending::Ran);
+                expired_so_far += usize::from(rec.endings[0].0 == Ending::Expired && !ctx.specs[id].handle);
             }
+            assert!(stats.completed as usize >= ran_so_far, "after group {g}'s wait: {stats:?}, {ran_so_far} ran");
+            assert!(
+                stats.expired as usize >= expired_so_far,
+                "after group {g}'s wait: {stats:?}, {expired_so_far} expired"
+            );
         }
         Run { order: st.order.clone() }
     })
