@@ -312,9 +312,13 @@ fn a_future_dropped_before_completion_leaves_its_task_running_to_completion() {
         let (ran_tx, ran_rx) = mpsc::channel();
         let handle = pool.submit(move || ran_tx.send("ran").unwrap()).unwrap();
         let (fut, polled) = first_pending(handle.into_future());
-        let timed_out = current_thread_runtime().block_on(async { tokio::time::timeout(Duration::from_millis(10), fut).await });
+        let timed_out =
+            current_thread_runtime().block_on(async { tokio::time::timeout(Duration::from_millis(10), fut).await });
         assert!(timed_out.is_err(), "the held task cannot end before the gate opens");
-        assert!(polled.try_recv().is_ok(), "the future was polled (and its waker stored) before the timeout dropped it");
+        assert!(
+            polled.try_recv().is_ok(),
+            "the future was polled (and its waker stored) before the timeout dropped it"
+        );
         gate.open();
         assert_eq!(ran_rx.recv_timeout(LIMIT), Ok("ran"), "the task whose await timed out ran");
     });

@@ -1015,7 +1015,11 @@ impl WakerCounts {
     }
     fn assert_balanced(&self) {
         let (made, clones, drops) = (self.made.load(SeqCst), self.clones.load(SeqCst), self.drops.load(SeqCst));
-        assert_eq!(made + clones, drops, "wakers leaked or dropped twice: {made} made, {clones} cloned, {drops} dropped");
+        assert_eq!(
+            made + clones,
+            drops,
+            "wakers leaked or dropped twice: {made} made, {clones} cloned, {drops} dropped"
+        );
     }
 }
 
@@ -1079,7 +1083,8 @@ fn waker_reregister_races_complete() {
     loom::model(|| {
         let slot = Arc::new(WakerSlot::new());
         let result = Arc::new(loom::cell::UnsafeCell::new(0u32));
-        let (first, second) = (std::sync::Arc::new(WakerCounts::default()), std::sync::Arc::new(WakerCounts::default()));
+        let (first, second) =
+            (std::sync::Arc::new(WakerCounts::default()), std::sync::Arc::new(WakerCounts::default()));
         let w1 = first.waker();
         assert!(!slot.register(&w1));
         let completer = spawn_completer(&slot, &result);

@@ -147,7 +147,10 @@ mod tests {
         assert_eq!(counter.0.load(SeqCst), 1, "the last task woke it");
         match poll(&mut fut, &waker) {
             Poll::Ready(Err(TaskError::Panicked(_))) => {}
-            other => panic!("expected the recorded panic, got {}", if other.is_pending() { "Pending" } else { "another result" }),
+            other => panic!(
+                "expected the recorded panic, got {}",
+                if other.is_pending() { "Pending" } else { "another result" }
+            ),
         }
         assert!(matches!(poll(&mut fut, &waker), Poll::Ready(Ok(()))), "the panic was taken");
         drop(fut);
