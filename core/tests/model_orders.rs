@@ -844,6 +844,18 @@ fn run_case(case: &Case, workers: usize, end: End) -> Run {
         for &(id, cancelled) in ctx.cancels.lock().unwrap().iter() {
             assert!(cancelled, "cancel of task {id}, queued and not started, returned false");
         }
+        // A wait off the pool on a task past its deadline expires it itself,
+        // without a worker ("Deadlines": its waiter does not wait for a
+        // worker to reach it): every other such task from outside is
+        // waited for while the workers are still held. It keeps its place
+        // in the queue, where a worker later finds it over.
+        if end == End::Drain {
+            let handles = ctx.handles.lock().unwrap();
+            for (id, h) in handles.iter().filter(|(id, _)| ctx.specs[*id].fate == Fate::Expires && id % 2 == 0) {
+                assert!(h.wait_for(None), "a wait on task {id}, past its deadline, returns");
+                assert_eq!(h.state(), TaskState::Expired, "task {id}, expired by its waiter");
+            }
+        }
         match end {
             End::Drain => gate.open(),
             End::CancelWhileHeld => {
