@@ -227,9 +227,9 @@ fn an_expired_task_ends_the_await_with_expired() {
     });
 }
 
-/// Each way a task ends (it returns, panics, is cancelled on another
-/// thread, or is expired by the worker's pop) wakes the waker of a poll
-/// that returned `Pending` exactly once: one wake-up each, none more by
+/// Each way a task ends (it returns or panics on the worker, is
+/// cancelled while queued, or is expired by the worker's pop) wakes the
+/// waker of a poll that returned `Pending` exactly once: one wake-up each, none more by
 /// the time the pool has shut down (every task's end is behind it).
 #[test]
 fn every_ending_wakes_the_awaiting_future_exactly_once() {
