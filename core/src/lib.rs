@@ -56,6 +56,7 @@ mod stats;
 mod sync;
 mod task;
 mod wait;
+mod wait_region;
 mod waker_slot;
 mod worker;
 
@@ -83,6 +84,7 @@ pub use scope::Scope;
 pub use serial::SerialQueue;
 pub use stats::Stats;
 pub use task::{TaskFuture, TaskHandle, TaskState};
+pub use wait_region::{at_thread_cap, waiting_begin, waiting_end};
 pub use worker::current_index;
 
 /// Internals exposed for the loom model checks (`--cfg loom`) only.
