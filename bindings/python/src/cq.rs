@@ -166,11 +166,14 @@ impl Completions {
         let finished = self.finished.clone();
         let learn = (alone && !wait).then(Instant::now);
         let item = Item { future, func: fn_, args, result: None, learn, took: None };
+        // Counted in the group's calls until the work ran or was dropped.
+        let ticket = group.as_deref().map(|g| g.count.enter());
         let submit = move || {
             self.cq
                 .submit_with(opts, item, move |it| {
+                    let _ticket = ticket;
                     let mut call = || {
-                        shared.run_python(|py| {
+                        shared.run_python(false, |py| {
                             // The awaiting task was cancelled while the call
                             // waited (asyncio cancels the future it awaited):
                             // the call is dropped unrun; `drain` finds the

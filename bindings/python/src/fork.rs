@@ -29,6 +29,11 @@ pub(crate) static EXITING: AtomicBool = AtomicBool::new(false);
 pub(crate) static STOPPERS: AtomicUsize = AtomicUsize::new(0);
 /// Background threads joining pools whose Python objects were collected.
 pub(crate) static REAPERS: AtomicUsize = AtomicUsize::new(0);
+/// Set by the interpreter-exit hook first: from then on submissions raise
+/// `RuntimeError`, as `ThreadPoolExecutor`'s do.
+pub(crate) static INTERPRETER_SHUTDOWN: AtomicBool = AtomicBool::new(false);
+/// Threads inside [`gated`]: about to take the GIL, or holding it.
+pub(crate) static ATTACHERS: AtomicUsize = AtomicUsize::new(0);
 /// Workers holding a persistent Python thread state: the interpreter-exit
 /// hook waits for them to delete it (see `_atexit`).
 pub(crate) static LIVE_TSTATES: AtomicUsize = AtomicUsize::new(0);
@@ -95,6 +100,75 @@ pub(crate) fn check_gen(gen_: u64) -> PyResult<()> {
 /// as long as the thread, then release the GIL again. Later `Python::attach`
 /// calls on this thread reuse it (PyGILState_Ensure finds it), so
 /// thread-locals persist and no thread state is created per task.
+/// Runs `f` (which takes the GIL) unless the interpreter is exiting; None
+/// then. The exit hook sets `EXITING` and waits, GIL released, until no
+/// thread is inside: a thread that took the GIL once finalization had begun
+/// would be ended by CPython with `pthread_exit`, whose unwinding through
+/// Rust frames aborts the process.
+pub(crate) fn gated<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
+    ATTACHERS.fetch_add(1, Ordering::SeqCst);
+    let r = if EXITING.load(Ordering::SeqCst) { None } else { f() };
+    ATTACHERS.fetch_sub(1, Ordering::SeqCst);
+    r
+}
+
+/// Runs `f` attached under a new Python thread state on this OS thread,
+/// then deletes it: a call run on a waiting call's thread sees thread-locals
+/// and contextvars of its own and starts at recursion depth 0, as on a
+/// thread of its own (`threading.current_thread()` is still this thread).
+pub(crate) fn with_fresh_thread_state<R>(py: Python<'_>, f: impl FnOnce(Python<'_>) -> R) -> R {
+    struct Restore(*mut ffi::PyThreadState, *mut ffi::PyThreadState);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: `self.1` is the state swapped out below, of this
+            // thread; `self.0` was made by us and is no longer current.
+            unsafe {
+                ffi::PyThreadState_Swap(self.1);
+                ffi::PyThreadState_Clear(self.0);
+                ffi::PyThreadState_Delete(self.0);
+            }
+        }
+    }
+    // SAFETY: the GIL is held (`py`); the new state belongs to this
+    // interpreter, is swapped in for the duration of `f` (which runs with
+    // the GIL held by this thread) and deleted after the old one is back.
+    let _restore = unsafe {
+        let interp = ffi::PyInterpreterState_Get();
+        let fresh = ffi::PyThreadState_New(interp);
+        let old = ffi::PyThreadState_Swap(fresh);
+        Restore(fresh, old)
+    };
+    f(py)
+}
+
+/// Whether this thread's stack has room for one more call on top of what
+/// runs on it (a wait running the work it waits for at the thread cap).
+pub(crate) fn stack_left_for_a_call() -> bool {
+    const NEEDED: usize = 256 << 10;
+    #[cfg(target_os = "linux")]
+    {
+        let marker = 0u8;
+        let here = std::hint::black_box(&marker) as *const u8 as usize;
+        // SAFETY: a zeroed attr is filled by pthread_getattr_np and destroyed
+        // after use; out-pointers are valid locals.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+                return true;
+            }
+            let mut addr: *mut libc::c_void = std::ptr::null_mut();
+            let mut size: libc::size_t = 0;
+            let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+            libc::pthread_attr_destroy(&mut attr);
+            !ok || here.saturating_sub(addr as usize) > NEEDED
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        true
+    }
+}
+
 pub(crate) fn ensure_thread_state() {
     if HAS_TSTATE.get() || EXITING.load(Ordering::SeqCst) {
         return;
@@ -165,21 +239,26 @@ fn forget_dummy_thread(py: Python<'_>) -> PyResult<()> {
 pub(crate) fn _after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     STOPPERS.store(0, Ordering::SeqCst);
+    ATTACHERS.store(0, Ordering::SeqCst);
     REAPERS.store(0, Ordering::SeqCst);
     LIVE_TSTATES.store(0, Ordering::SeqCst);
     WORKER_OF.set(0);
 }
 
-/// Interpreter exit, after the Python side drained every live pool: wait
-/// for pools being joined in the background and for the drained pools'
-/// workers to delete their thread states (their `threading.Thread`s are
-/// non-daemon: the interpreter would join them next), at most `grace`
-/// seconds for the latter (a pool kept alive only by a group or serial
-/// queue was not drained; its idle workers never exit), then stop workers
-/// from touching Python as they exit. Returns whether every worker was gone.
+/// Interpreter exit, from the `threading._register_atexit` hook (what
+/// `ThreadPoolExecutor` uses), before the interpreter joins non-daemon
+/// threads and long before finalization: submissions start raising
+/// `RuntimeError`; every live pool of this process (one kept alive by a
+/// group or a serial queue alone included) stops accepting work and drains;
+/// pools joined in the background are waited for; the drained pools'
+/// workers delete their thread states (at most `grace` seconds for that);
+/// then no worker touches Python again (`gated`). Returns whether every
+/// worker was gone.
 #[pyfunction]
-#[pyo3(signature = (grace = 2.0))]
+#[pyo3(signature = (grace = 10.0))]
 pub(crate) fn _atexit(py: Python<'_>, grace: f64) -> bool {
+    INTERPRETER_SHUTDOWN.store(true, Ordering::SeqCst);
+    crate::pool::drain_all_pools(py);
     py.detach(|| {
         while REAPERS.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(1));
@@ -190,7 +269,7 @@ pub(crate) fn _atexit(py: Python<'_>, grace: f64) -> bool {
         }
         let all_gone = LIVE_TSTATES.load(Ordering::SeqCst) == 0;
         EXITING.store(true, Ordering::SeqCst);
-        while STOPPERS.load(Ordering::SeqCst) > 0 {
+        while STOPPERS.load(Ordering::SeqCst) > 0 || ATTACHERS.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
         all_gone

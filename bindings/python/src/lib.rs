@@ -8,8 +8,9 @@
 //! * [`call`]: `submit`: a Python call that fills a real
 //!   `concurrent.futures.Future`, and the `Handle` that waits on it.
 //! * [`map`]: `Executor.map` without a `Future` per item.
-//! * [`permit`]: the bound on calls executing at once (`max_workers`)
-//!   under the default growth, "compensate".
+//! * [`permit`]: places, the bound on calls executing at once
+//!   (`max_workers`) under the default growth, "compensate", and the order
+//!   in which waited-for calls go ahead of calls from outside.
 //! * [`wait`]: how a Python thread waits on the pool with the GIL released
 //!   (signal slices, the short spin before parking, the GIL hand-off debounce).
 //! * [`fork`]: process and thread lifecycle: fork generations, each
@@ -64,11 +65,13 @@ fn _wspool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Stats>()?;
     m.add_class::<pool::PoolDump>()?;
     m.add_class::<pool::Blocking>()?;
+    m.add_class::<pool::WaitRegion>()?;
     m.add_class::<cq::Completions>()?;
     m.add_function(wrap_pyfunction!(current_index, m)?)?;
     m.add_function(wrap_pyfunction!(pool::monotonic_ns, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_after_fork_child, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_atexit, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::_interpreter_shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(fork::default_stack_size, m)?)?;
     m.add("SIGNAL_SLICE_SECONDS", wait::SIGNAL_SLICE.as_secs_f64())?;
     Ok(())

@@ -19,8 +19,9 @@ use wspool::SubmitErrorKind;
 use crate::call::{cancelled_error, submit_error};
 use crate::fork::check_gen;
 use crate::lock;
+use crate::permit::{Kind, Places, Urgent};
 use crate::pool::{Owner, Shared};
-use crate::wait::{deadline_of, remaining, wait_released};
+use crate::wait::{WaitOn, deadline_of, remaining, wait_released};
 
 /// A map task that holds the GIL runs at most this many further chunks...
 const MAP_RUN_AHEAD: usize = 256;
@@ -40,7 +41,7 @@ enum Chunk {
     Aborted,
 }
 
-struct MapState {
+pub(crate) struct MapState {
     /// Tickets spawn successors on this pool (an `Owner`, so that dropping
     /// the last reference anywhere never joins the pool in place).
     owner: Arc<Owner>,
@@ -56,6 +57,9 @@ struct MapState {
     waiting: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
+    /// Started from one of the pool's threads: its tickets may borrow a
+    /// place lent by a waiting call (`permit.rs`).
+    inner: bool,
     /// Tickets queued and not started / not finished.
     queued: AtomicUsize,
     live: AtomicUsize,
@@ -66,7 +70,7 @@ impl MapState {
         &self.owner.shared
     }
 
-    fn claimable(&self) -> bool {
+    pub(crate) fn claimable(&self) -> bool {
         !self.cancelled.load(Ordering::Relaxed) && self.next.load(Ordering::Relaxed) < self.chunks.len()
     }
 
@@ -186,26 +190,41 @@ impl Ticket {
     /// Runs chunks while it holds the GIL (see `Ticket`).
     fn run_chunks(&self) {
         let st = &self.state;
-        st.shared().run_python(|py| {
-            let start = Instant::now();
-            let mut alone = false;
-            for ran in 0.. {
-                let queued = st.queued.load(Ordering::SeqCst);
-                if !alone
-                    && queued < MAP_QUEUED
-                    && st.next.load(Ordering::SeqCst) + queued + 1 < st.chunks.len()
-                    && spawn_ticket(st).is_err()
-                {
-                    alone = true; // no successor: this task runs the rest
-                }
-                if !st.run_next(py) {
-                    break;
-                }
-                if !alone && (ran + 1 >= MAP_RUN_AHEAD || start.elapsed() >= MAP_RUN_AHEAD_TIME) {
-                    break;
-                }
-            }
-        });
+        st.shared().run_python(st.inner, |py| chunk_loop(st, py));
+    }
+}
+
+/// A ticket's work: chunks, and successors queued while chunks remain.
+fn chunk_loop(st: &Arc<MapState>, py: Python<'_>) {
+    let start = Instant::now();
+    let mut alone = false;
+    for ran in 0.. {
+        let queued = st.queued.load(Ordering::SeqCst);
+        if !alone
+            && queued < MAP_QUEUED
+            && st.next.load(Ordering::SeqCst) + queued + 1 < st.chunks.len()
+            && spawn_ticket(st).is_err()
+        {
+            alone = true; // no successor: this task runs the rest
+        }
+        if !st.run_next(py) {
+            break;
+        }
+        if !alone && (ran + 1 >= MAP_RUN_AHEAD || start.elapsed() >= MAP_RUN_AHEAD_TIME) {
+            break;
+        }
+    }
+}
+
+/// A map started from one of the pool's threads, run by a thread that
+/// takes urgent work (`permit.rs`) on a place already counted as `kind`.
+pub(crate) fn run_chunks_holding(st: &Arc<MapState>, places: &Arc<Places>, kind: Kind) {
+    let run = || {
+        places.run_holding(kind, || st.shared().attach(|py| chunk_loop(st, py)));
+    };
+    match st.label {
+        Some(label) => wspool::with_label(label, run),
+        None => run(),
     }
 }
 
@@ -273,7 +292,13 @@ impl MapIter {
             st.waiting.store(false, Ordering::SeqCst);
             st.done[i].load(Ordering::SeqCst)
         };
-        wait_released(py, timeout, Some(&|| st.done[i].load(Ordering::SeqCst)), done)
+        let shared = st.shared();
+        let on = if shared.is_worker_here() {
+            WaitOn::Own { places: shared.places(), core_counts: false }
+        } else {
+            WaitOn::Foreign
+        };
+        wait_released(py, timeout, Some(&|| st.done[i].load(Ordering::SeqCst)), done, on, None)
     }
 }
 
@@ -382,6 +407,7 @@ pub(crate) fn start_map(
         waiting: AtomicBool::new(false),
         lock: Mutex::new(()),
         cv: Condvar::new(),
+        inner: owner.shared.is_worker_here(),
         queued: AtomicUsize::new(0),
         live: AtomicUsize::new(0),
     });
@@ -392,6 +418,11 @@ pub(crate) fn start_map(
     if let Err(kind) = py.detach(|| spawn_tickets(&state, first)) {
         state.cancel(py);
         return Err(submit_error(&owner.shared, kind));
+    }
+    if state.inner
+        && let Some(places) = owner.shared.places()
+    {
+        places.push_urgent(Urgent::Map(state.clone()));
     }
     Ok(MapIter { state, next_chunk: 0, buf: VecDeque::new(), deadline, finished: n == 0, iterated: false, total })
 }

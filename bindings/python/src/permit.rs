@@ -1,143 +1,346 @@
-//! The bound on calls *executing* at once (`growth="compensate"`, the
-//! default): `max_workers` permits per pool.
+//! Places: the bound on calls *executing* at once (`max_workers`) under
+//! `growth="compensate"`, the default.
 //!
-//! A call on one of the pool's threads takes a permit before it runs Python
+//! A call on one of the pool's threads takes a place before it runs Python
 //! code and gives it back when it returns (a call that `reject="caller_runs"`
-//! runs on a submitting thread outside the pool takes none). A call that waits on the pool (`Future.result()`,
-//! `Group.wait()`, a `map` iterator, `concurrent.futures.wait` /
-//! `as_completed`) or sits in `with wspool.blocking():` gives its permit
-//! back for the wait (a *region*), while the core lends a thread
-//! (`Growth::Compensate`) that can take it; at the end of the region it
-//! takes a permit again before any of its Python code runs, ahead of calls
-//! that have not started. So at most `max_workers` calls execute outside
-//! such regions at any instant, however many threads were lent; a thread
-//! lent for a wait that ended retires (core) once its call returns.
+//! runs on a submitting thread outside the pool takes none).
 //!
-//! Deadlock freedom: a permit is only ever held by a call that executes
-//! Python code outside a region, so every held permit comes back when that
-//! code returns or enters a region. Permits are only waited for with the
-//! GIL released (a holder may need the GIL to get on).
+//! * A call that waits on work of **its own pool** (`Future.result()`,
+//!   `Group.wait()`, a `map` iterator, `concurrent.futures.wait` /
+//!   `as_completed`) *lends* its place for the wait: only calls submitted
+//!   from the pool's own threads (the work such waits wait on) may borrow
+//!   it, never a call submitted from outside. So waits cannot make room for
+//!   more outer calls, each of which would wait in turn and hold a thread:
+//!   the calls started from outside and not yet returned stay at most
+//!   `max_workers`, and the threads needed grow with nesting depth, not
+//!   with fan-out.
+//! * `with wspool.blocking():` gives the place back to anyone for the region.
+//! * A wait on anything else keeps the place (`Pool(1)` stays serial).
+//! * When a wait or region ends, the call takes its place back at once,
+//!   never waiting for one (a lock it holds may be what the others wait
+//!   for). That is the only way the pool goes over `max_workers`: by the
+//!   calls whose lent place is still borrowed when their wait ends (their
+//!   borrowers still run), and by calls back from `blocking()` while the
+//!   pool is full; no call starts until the pool is below the bound again.
+//!
+//! Ordering: a call some waiting call of the pool waits for and that has
+//! not started is *urgent* (`push_urgent`). A thread about to start a call
+//! from outside, or waiting for a place, runs urgent calls first, so the
+//! work waiters wait on goes ahead of queued outer calls. A thread waiting
+//! for a place counts as waiting for the core (`wspool::waiting_begin`), so
+//! the pool lends a thread only when every thread is stuck.
+//!
+//! Counts: `own` calls execute on their own place, `borrowed` on a lent
+//! one, `lending` calls wait (each lends one place). Free places are
+//! `max_workers - own - lending - max(0, borrowed - lending)`; a negative
+//! value is how far the pool is over the bound.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::call::Slot;
 use crate::lock;
+
+/// Work that goes ahead of calls from outside: a call submitted from one
+/// of the pool's threads or waited for by one of its calls, or a `map`
+/// started from one of its threads.
+pub(crate) enum Urgent {
+    Call(Arc<Slot>),
+    Map(Arc<crate::map::MapState>),
+}
+
+impl Urgent {
+    fn live(&self) -> bool {
+        match self {
+            Urgent::Call(slot) => slot.claimable(),
+            Urgent::Map(map) => map.claimable(),
+        }
+    }
+
+    /// Runs the work on this thread, on a place counted as `kind`; returns
+    /// the item again if work of it is left.
+    fn run(self, places: &Arc<Places>, kind: Kind) -> Option<Urgent> {
+        match self {
+            Urgent::Call(slot) => {
+                match slot.claim() {
+                    Some(call) => crate::call::run_claimed(call, &slot, places, kind, false),
+                    None => places.give(kind),
+                }
+                None
+            }
+            Urgent::Map(map) => {
+                crate::map::run_chunks_holding(&map, places, kind);
+                map.claimable().then_some(Urgent::Map(map))
+            }
+        }
+    }
+}
+
+/// Which place a call executes on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Own,
+    Borrowed,
+}
+
+/// What a region does with the call's place.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum RegionKind {
+    /// A wait on the pool's own work: the place is lent to inner calls.
+    Wait,
+    /// `wspool.blocking()`: the place is free for any call.
+    Blocking,
+}
 
 #[derive(Default)]
 struct State {
-    free: usize,
-    /// Calls back from a region, waiting for a permit: they go first.
-    returning: usize,
-    /// Threads waiting for a permit (of either kind).
-    waiters: usize,
+    own: usize,
+    borrowed: usize,
+    lending: usize,
+    sleepers: usize,
+    /// Inner calls and calls waited for, not started, newest last: the
+    /// most deeply nested work is taken first.
+    urgent: VecDeque<Urgent>,
 }
 
-pub(crate) struct Permits {
+impl State {
+    fn free(&self, n: usize) -> isize {
+        n as isize - self.own as isize - self.lending as isize - self.borrowed.saturating_sub(self.lending) as isize
+    }
+
+    fn can_borrow(&self) -> bool {
+        self.borrowed < self.lending
+    }
+}
+
+pub(crate) struct Places {
+    n: usize,
     state: Mutex<State>,
     cv: Condvar,
 }
 
-/// The permit the calling thread holds, and how many regions deep it is.
+/// The place a call on this thread holds, and its open regions. A stack: a
+/// call run nested on this thread (an urgent call at the thread cap, or
+/// `reject="caller_runs"`) pushes its own entry.
 struct Held {
-    permits: Arc<Permits>,
-    regions: u32,
+    places: Arc<Places>,
+    kind: Kind,
+    depth: u32,
+    region: Option<RegionKind>,
 }
 
 thread_local! {
-    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Permits {
-    pub(crate) fn new(n: usize) -> Arc<Permits> {
-        Arc::new(Permits { state: Mutex::new(State { free: n, returning: 0, waiters: 0 }), cv: Condvar::new() })
+impl Places {
+    pub(crate) fn new(n: usize) -> Arc<Places> {
+        Arc::new(Places { n, state: Mutex::new(State::default()), cv: Condvar::new() })
     }
 
-    /// Blocks (the caller has released the GIL) until a permit is free.
-    fn acquire(&self, returning: bool) {
-        let mut st = lock(&self.state);
-        if returning {
-            st.returning += 1;
-        }
-        while st.free == 0 || (!returning && st.returning > 0) {
-            st.waiters += 1;
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-            st.waiters -= 1;
-        }
-        st.free -= 1;
-        if returning {
-            st.returning -= 1;
-        }
-    }
-
-    fn release(&self) {
-        let mut st = lock(&self.state);
-        st.free += 1;
-        // Both kinds of waiter share the condition variable: wake them all
-        // and let the rule in `acquire` choose (few ever wait at once). The
-        // count is read under the lock a waiter holds until it sleeps, so
-        // none is missed; with none, no wake-up system call per call.
-        if st.waiters > 0 {
+    fn wake(&self, st: &State) {
+        if st.sleepers > 0 {
             self.cv.notify_all();
         }
     }
 
-    /// Runs a call's `f` holding a permit (taken with the GIL released: the
-    /// caller is not attached). A thread that already holds one (a call run
-    /// inline by `reject="caller_runs"` inside another call) does not take
-    /// a second: the two calls share one thread and one permit.
-    pub(crate) fn run<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
-        if HELD.with(|h| h.borrow().is_some()) {
+    /// Takes a place for a call about to start (the caller is detached).
+    /// `inner`: submitted from one of the pool's threads, so it may borrow
+    /// a lent place. Urgent calls are run first, on this thread, whenever
+    /// one could start; while no place is free the thread counts as waiting.
+    pub(crate) fn take(self: &Arc<Self>, inner: bool) -> Kind {
+        let mut st = lock(&self.state);
+        let kind = loop {
+            if let Some(item) = st.urgent.pop_back() {
+                if !item.live() {
+                    continue;
+                }
+                let kind = if st.can_borrow() {
+                    Some(Kind::Borrowed)
+                } else if st.free(self.n) > 0 {
+                    Some(Kind::Own)
+                } else {
+                    None
+                };
+                match kind {
+                    None => st.urgent.push_back(item),
+                    Some(kind) => {
+                        self.count_in(&mut st, kind);
+                        drop(st);
+                        let again = item.run(self, kind);
+                        st = lock(&self.state);
+                        if let Some(again) = again {
+                            st.urgent.push_back(again);
+                        }
+                        continue;
+                    }
+                }
+            }
+            if inner && st.can_borrow() {
+                break Kind::Borrowed;
+            }
+            if st.free(self.n) > 0 {
+                break Kind::Own;
+            }
+            // Not counted as waiting for the core: a thread lent now would
+            // only take another call from outside and wait here too. What
+            // the waiting calls wait for is inner work, which is on the
+            // urgent list, and runs here as soon as a place can be lent.
+            st.sleepers += 1;
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.sleepers -= 1;
+        };
+        self.count_in(&mut st, kind);
+        kind
+    }
+
+    fn count_in(&self, st: &mut State, kind: Kind) {
+        match kind {
+            Kind::Own => st.own += 1,
+            Kind::Borrowed => st.borrowed += 1,
+        }
+    }
+
+    /// A call's place comes back.
+    pub(crate) fn give(&self, kind: Kind) {
+        let mut st = lock(&self.state);
+        match kind {
+            Kind::Own => st.own -= 1,
+            Kind::Borrowed => st.borrowed -= 1,
+        }
+        self.wake(&st);
+    }
+
+    /// Takes a borrowed place without waiting: a waiter at the thread cap
+    /// runs the work it waits for itself (its own place is lent meanwhile).
+    pub(crate) fn borrow_now(&self) {
+        lock(&self.state).borrowed += 1;
+    }
+
+    /// `slot`'s call is waited for by a call of this pool: run it before
+    /// calls from outside.
+    pub(crate) fn push_urgent(&self, item: Urgent) {
+        let mut st = lock(&self.state);
+        // Work that started meanwhile leaves from both ends as it is met.
+        while st.urgent.front().is_some_and(|u| !u.live()) {
+            st.urgent.pop_front();
+        }
+        st.urgent.push_back(item);
+        self.wake(&st);
+    }
+
+    /// Runs `f` (a call) holding a place taken first (the caller is
+    /// detached). A thread that already holds one for this pool without
+    /// being in a region (a call run inline by `reject="caller_runs"`
+    /// inside another call) does not take a second.
+    pub(crate) fn run<R>(self: &Arc<Self>, inner: bool, f: impl FnOnce() -> R) -> R {
+        let nested_in_call = HELD.with(|h| h.borrow().last().is_some_and(|held| held.depth == 0));
+        if nested_in_call {
             return f();
         }
-        self.acquire(false);
-        HELD.with(|h| *h.borrow_mut() = Some(Held { permits: self.clone(), regions: 0 }));
+        let kind = self.take(inner);
+        self.run_holding(kind, f)
+    }
+
+    /// Runs `f` on a place already counted as `kind`; gives it back after
+    /// (also on unwinding: a place is never lost).
+    pub(crate) fn run_holding<R>(self: &Arc<Self>, kind: Kind, f: impl FnOnce() -> R) -> R {
+        HELD.with(|h| h.borrow_mut().push(Held { places: self.clone(), kind, depth: 0, region: None }));
         struct Give;
         impl Drop for Give {
             fn drop(&mut self) {
-                // Also on unwinding: a permit is never lost.
-                if let Some(held) = HELD.with(|h| h.borrow_mut().take())
-                    && held.regions == 0
-                {
-                    held.permits.release();
+                if let Some(held) = HELD.with(|h| h.borrow_mut().pop()) {
+                    if held.depth > 0 {
+                        // A region left open by the call: closed with it.
+                        held.places.leave(held.kind, held.region);
+                    }
+                    held.places.give(held.kind);
                 }
             }
         }
         let _give = Give;
         f()
     }
-}
 
-/// The calling thread enters a region: its call's permit (if it holds one,
-/// at the outermost region) goes back to the pool. Never blocks.
-pub(crate) fn region_enter() {
-    HELD.with(|h| {
-        if let Some(held) = h.borrow_mut().as_mut() {
-            held.regions += 1;
-            if held.regions == 1 {
-                held.permits.release();
+    fn enter(&self, kind: Kind, region: RegionKind) {
+        let mut st = lock(&self.state);
+        match (region, kind) {
+            (RegionKind::Wait, Kind::Own) => {
+                st.own -= 1;
+                st.lending += 1;
             }
+            // A borrower lends on what it borrowed: it stays counted as a
+            // borrower, so its lender's place is not lent twice.
+            (RegionKind::Wait, Kind::Borrowed) => st.lending += 1,
+            (RegionKind::Blocking, Kind::Own) => st.own -= 1,
+            (RegionKind::Blocking, Kind::Borrowed) => st.borrowed -= 1,
         }
-    });
-}
+        self.wake(&st);
+    }
 
-/// The calling thread leaves a region: at the outermost one it takes a
-/// permit again, first in line. Call it with the GIL released: it may wait.
-pub(crate) fn region_leave() {
-    let permits = HELD.with(|h| {
-        let mut h = h.borrow_mut();
-        let held = h.as_mut()?;
-        if held.regions == 0 {
-            return None; // unbalanced: ignored, as blocking_end does
+    /// The end of a region: the place is back at once, never waited for.
+    fn leave(&self, kind: Kind, region: Option<RegionKind>) {
+        let mut st = lock(&self.state);
+        match (region, kind) {
+            (Some(RegionKind::Wait), Kind::Own) => {
+                st.lending -= 1;
+                st.own += 1;
+            }
+            (Some(RegionKind::Wait), Kind::Borrowed) => st.lending -= 1,
+            (Some(RegionKind::Blocking), Kind::Own) => st.own += 1,
+            (Some(RegionKind::Blocking), Kind::Borrowed) => st.borrowed += 1,
+            (None, _) => {}
         }
-        held.regions -= 1;
-        (held.regions == 0).then(|| held.permits.clone())
-    });
-    if let Some(p) = permits {
-        p.acquire(true);
+    }
+
+    /// Calls executing now (a diagnostic; at most `max_workers` but for the
+    /// calls resumed over the bound, see the module comment).
+    pub(crate) fn executing(&self) -> usize {
+        let st = lock(&self.state);
+        st.own + st.borrowed
     }
 }
 
-/// Permits in use: calls executing outside regions (a diagnostic).
-pub(crate) fn in_use(p: &Permits, total: usize) -> usize {
-    total - lock(&p.state).free
+/// The calling thread enters a region. `of`: the pool whose work a wait
+/// waits on (a wait on another pool's work is no region of this call);
+/// None for `blocking()`, which applies to whatever call the thread runs.
+/// Never blocks. Returns whether the thread runs a call holding a place.
+pub(crate) fn region_enter(region: RegionKind, of: Option<&Arc<Places>>) -> bool {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        let Some(held) = h.last_mut() else { return false };
+        if let Some(p) = of
+            && !Arc::ptr_eq(p, &held.places)
+        {
+            return false;
+        }
+        held.depth += 1;
+        if held.depth == 1 {
+            held.region = Some(region);
+            held.places.enter(held.kind, region);
+        }
+        true
+    })
+}
+
+/// The calling thread leaves the region `region_enter` opened (the same
+/// `of`). Never blocks: the place is taken back at once.
+pub(crate) fn region_leave(of: Option<&Arc<Places>>) {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        let Some(held) = h.last_mut() else { return };
+        if let Some(p) = of
+            && !Arc::ptr_eq(p, &held.places)
+        {
+            return;
+        }
+        if held.depth == 0 {
+            return; // unbalanced: ignored, as blocking_end does
+        }
+        held.depth -= 1;
+        if held.depth == 0 {
+            held.places.leave(held.kind, held.region.take());
+        }
+    });
 }

@@ -13,12 +13,10 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use wspool::{Growth, Pool, Reject, Shutdown};
 
 use crate::call::{Target, shutdown_error, submit_batch_calls, submit_call};
-use crate::fork::{
-    ForkLocal, INIT_DONE, REAPERS, WORKER_OF, check_gen, current_gen, ensure_thread_state, release_thread_state,
-};
+use crate::fork::{ForkLocal, INIT_DONE, REAPERS, WORKER_OF, check_gen, current_gen, release_thread_state};
 use crate::map::{MapIter, start_map};
-use crate::permit::{Permits, in_use, region_enter, region_leave};
-use crate::wait::{poll_until, wait_released};
+use crate::permit::{Places, RegionKind, region_enter, region_leave};
+use crate::wait::{WaitOn, poll_until, wait_released};
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -40,14 +38,18 @@ pub(crate) struct Shared {
     /// The reject policy can make a submit wait or run the task inline: release the GIL around it.
     pub(crate) submit_may_block: bool,
     pub(crate) queue_capacity: usize,
-    /// `growth="compensate"`: one permit per call allowed to execute at
+    /// `growth="compensate"`: one place per call allowed to execute at
     /// once (`max_workers`), see `permit.rs`; None for other policies.
-    permits: Option<(Arc<Permits>, usize)>,
+    places: Option<Arc<Places>>,
 }
 
 impl Shared {
     pub(crate) fn is_worker_here(&self) -> bool {
         WORKER_OF.get() == self.id
+    }
+
+    pub(crate) fn places(&self) -> Option<&Arc<Places>> {
+        self.places.as_ref()
     }
 
     /// What `submit` and `map` check first, in `ThreadPoolExecutor`'s order:
@@ -59,6 +61,9 @@ impl Shared {
         }
         if self.closed.load(Ordering::SeqCst) {
             return Err(shutdown_error());
+        }
+        if crate::fork::INTERPRETER_SHUTDOWN.load(Ordering::SeqCst) {
+            return Err(crate::call::interpreter_shutdown_error());
         }
         Ok(())
     }
@@ -77,15 +82,34 @@ impl Shared {
     /// Runs `f` attached to Python on behalf of this pool: on a worker, makes
     /// sure the thread has its persistent state and ran the per-thread init.
     /// Returns false (dropping `f` unrun) if the interpreter is gone.
-    pub(crate) fn run_python<F>(&self, f: F) -> bool
+    pub(crate) fn run_python<F>(&self, inner: bool, f: F) -> bool
+    where
+        F: for<'py> FnOnce(Python<'py>),
+    {
+        let attach = || self.attach(f);
+        match &self.places {
+            // Taken before attaching: a place is never waited for holding
+            // the GIL. Only on the pool's threads: a call that
+            // reject="caller_runs" runs on the submitting thread is that
+            // thread's own work (it must not wait for the pool).
+            Some(places) if self.is_worker_here() => places.run(inner, attach),
+            _ => attach(),
+        }
+    }
+
+    /// Runs `f` attached to Python on behalf of this pool, on a place the
+    /// caller holds already (or needs none); as `run_python`.
+    pub(crate) fn attach<F>(&self, f: F) -> bool
     where
         F: for<'py> FnOnce(Python<'py>),
     {
         let on_worker = self.is_worker_here();
-        if on_worker {
-            ensure_thread_state();
-        }
-        let attach = || {
+        // Never once the interpreter is finalizing: CPython ends a thread
+        // that takes the GIL then, which Rust frames cannot survive.
+        crate::fork::gated(|| {
+            if on_worker {
+                crate::fork::ensure_thread_state();
+            }
             Python::try_attach(|py| {
                 if on_worker && !INIT_DONE.get() {
                     INIT_DONE.set(true);
@@ -93,16 +117,8 @@ impl Shared {
                 }
                 f(py)
             })
-            .is_some()
-        };
-        match &self.permits {
-            // Taken before attaching: a permit is never waited for holding
-            // the GIL. Only on the pool's threads: a call that
-            // reject="caller_runs" runs on the submitting thread is that
-            // thread's own work (it must not wait for the pool).
-            Some((permits, _)) if on_worker => permits.run(attach),
-            _ => attach(),
-        }
+        })
+        .is_some()
     }
 
     fn run_worker_init(&self, py: Python<'_>) {
@@ -145,6 +161,38 @@ impl Drop for Owner {
             REAPERS.fetch_sub(1, Ordering::SeqCst);
         }
     }
+}
+
+/// Every pool made in this process, for interpreter exit (`fork::_atexit`):
+/// a pool kept alive by a group or a serial queue alone is drained too.
+static OWNERS: std::sync::Mutex<Vec<std::sync::Weak<Owner>>> = std::sync::Mutex::new(Vec::new());
+
+fn register_owner(owner: &Arc<Owner>) {
+    let mut owners = crate::lock(&OWNERS);
+    owners.retain(|w| w.strong_count() > 0);
+    owners.push(Arc::downgrade(owner));
+}
+
+/// At interpreter exit: every live pool of this process stops accepting
+/// work and drains (GIL released, as `ThreadPoolExecutor`'s exit hook
+/// joins its workers).
+pub(crate) fn drain_all_pools(py: Python<'_>) {
+    let owners: Vec<Arc<Owner>> = crate::lock(&OWNERS).iter().filter_map(std::sync::Weak::upgrade).collect();
+    for owner in &owners {
+        if owner.shared.gen_ != current_gen() {
+            continue;
+        }
+        owner.shared.closed.store(true, Ordering::SeqCst);
+    }
+    py.detach(|| {
+        for owner in &owners {
+            if owner.shared.gen_ == current_gen() {
+                let _ = owner.pool.shutdown(Shutdown::Drain, None);
+            }
+        }
+    });
+    // Dropped attached: the last reference to a pool joins it on a reaper.
+    drop(owners);
 }
 
 fn parse_growth(s: &str) -> PyResult<Growth> {
@@ -256,9 +304,11 @@ impl Core {
             future_cls,
             submit_may_block: matches!(reject, Reject::Block | Reject::BlockFor(_) | Reject::CallerRuns),
             queue_capacity,
-            permits: (growth == Growth::Compensate).then(|| (Permits::new(min_threads), min_threads)),
+            places: (growth == Growth::Compensate).then(|| Places::new(min_threads)),
         });
-        Ok(Core { owner: Arc::new(Owner { pool: ManuallyDrop::new(pool), shared }) })
+        let owner = Arc::new(Owner { pool: ManuallyDrop::new(pool), shared });
+        register_owner(&owner);
+        Ok(Core { owner })
     }
 
     /// Queues `fn(*args, **kwargs)`; returns its `concurrent.futures.Future`.
@@ -271,7 +321,7 @@ impl Core {
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let owner = self.live()?;
-        submit_call(py, &owner.shared, Target::Pool(&owner.pool), fn_, args, kwargs)
+        submit_call(py, &owner.shared, Target::Pool(&owner.pool), None, fn_, args, kwargs)
     }
 
     /// `Pool.options(...).submit`: queues `fn(*args, **kwargs)` with a
@@ -297,6 +347,7 @@ impl Core {
         let owner = self.live()?;
         let priority = parse_priority(priority)?;
         let deadline = deadline_of(deadline, timeout)?;
+        let count = group.as_deref().map(|g| g.count.clone());
         let opts = wspool::SpawnOptions {
             group: group.as_deref().map(|g| &*g.group),
             serial: lane.as_deref().map(|l| &*l.serial),
@@ -305,7 +356,7 @@ impl Core {
             label: label.map(crate::label::explicit),
             ..wspool::SpawnOptions::default()
         };
-        submit_call(py, &owner.shared, Target::With(&owner.pool, opts), fn_, args, kwargs)
+        submit_call(py, &owner.shared, Target::With(&owner.pool, opts), count.as_ref(), fn_, args, kwargs)
     }
 
     /// Queues `fn(*args)` for each tuple of `arg_tuples` as one batch; returns the futures.
@@ -353,14 +404,14 @@ impl Core {
                 let s = pool.stats();
                 s.idle_threads == 0 || s.queued == 0
             };
-            wait_released(py, Some(1.0), Some(&taken), |t| poll_until(&taken, t))?;
+            wait_released(py, Some(1.0), Some(&taken), |t| poll_until(&taken, t), WaitOn::Foreign, None)?;
         }
         if !wait || self.owner.shared.is_worker_here() {
             // A task cannot wait for its own pool to drain: it would wait for itself.
             let _ = py.detach(|| pool.shutdown(mode, Some(Duration::ZERO)));
             return Ok(());
         }
-        wait_released(py, None, None, |slice| pool.shutdown(mode, slice).is_ok()).map(|_| ())
+        wait_released(py, None, None, |slice| pool.shutdown(mode, slice).is_ok(), WaitOn::Foreign, None).map(|_| ())
     }
 
     /// A snapshot of the pool's counters.
@@ -376,7 +427,11 @@ impl Core {
     /// A task group on this pool.
     fn group(&self) -> PyResult<Group> {
         let owner = self.live()?;
-        Ok(Group { group: ForkLocal::new(owner.pool.group(), owner.shared.gen_), owner: self.owner.clone() })
+        Ok(Group {
+            group: ForkLocal::new(owner.pool.group(), owner.shared.gen_),
+            count: Arc::default(),
+            owner: self.owner.clone(),
+        })
     }
 
     /// A serial queue on this pool.
@@ -428,7 +483,7 @@ impl Core {
     /// `max_workers`); None unless growth is "compensate".
     #[getter]
     fn executing(&self) -> Option<usize> {
-        self.owner.shared.permits.as_ref().map(|(p, n)| in_use(p, *n))
+        self.owner.shared.places.as_ref().map(|p| p.executing())
     }
 
     /// The message of the pool's BrokenThreadPool, if an initializer failed.
@@ -442,6 +497,8 @@ impl Core {
 #[pyclass(module = "wspool._wspool", frozen)]
 pub(crate) struct Group {
     pub(crate) group: ForkLocal<wspool::Group>,
+    /// Its calls not finished yet (see `GroupCount`).
+    pub(crate) count: Arc<crate::call::GroupCount>,
     owner: Arc<Owner>,
 }
 
@@ -456,7 +513,7 @@ impl Group {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        submit_call(py, &self.owner.shared, Target::Group(&self.group), fn_, args, kwargs)
+        submit_call(py, &self.owner.shared, Target::Group(&self.group), Some(&self.count), fn_, args, kwargs)
     }
 
     /// Waits until every task of the group finished; False on timeout.
@@ -471,14 +528,21 @@ impl Group {
                 "wait would deadlock: a call of this group waits for its own group",
             ));
         }
-        wait_released(py, timeout, Some(&|| group.pending() == 0), |t| group.wait_for(t))
+        let shared = &self.owner.shared;
+        let on = if shared.is_worker_here() {
+            WaitOn::Own { places: shared.places(), core_counts: false }
+        } else {
+            WaitOn::Foreign
+        };
+        let count = &self.count;
+        wait_released(py, timeout, Some(&|| count.pending() == 0), |t| count.wait_empty(t), on, None)
     }
 
     /// Tasks of the group not finished yet.
     #[getter]
     fn pending(&self) -> PyResult<usize> {
         check_gen(self.owner.shared.gen_)?;
-        Ok(self.group.pending())
+        Ok(self.count.pending())
     }
 }
 
@@ -502,7 +566,7 @@ impl Serial {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        submit_call(py, &self.owner.shared, Target::Serial(&self.serial), fn_, args, kwargs)
+        submit_call(py, &self.owner.shared, Target::Serial(&self.serial), None, fn_, args, kwargs)
     }
 
     /// Tasks queued or running.
@@ -784,8 +848,8 @@ impl Blocking {
     }
 
     fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyRefMut<'_, Self> {
-        // The permit first: the thread the core lends may need it.
-        region_enter();
+        // The place first: the thread the core lends may need it.
+        let _ = region_enter(RegionKind::Blocking, None);
         wspool::blocking_begin();
         slf.depth += 1;
         slf
@@ -796,8 +860,90 @@ impl Blocking {
         if self.depth > 0 {
             self.depth -= 1;
             wspool::blocking_end();
-            py.detach(region_leave);
+            let _ = py;
+            region_leave(None);
         }
         false
     }
+}
+
+/// A wait on the pool's own work that Python code makes
+/// (`concurrent.futures.wait`/`as_completed` on the pool's futures, dask's
+/// nested compute): `with WaitRegion(handles): ...`. On a thread of the
+/// handles' pool (of the thread's own pool when there are none), the
+/// waiting call lends its place to the calls it waits for, which go ahead
+/// of calls from outside, and the core counts the thread as waiting;
+/// `help()` runs one of those calls on this thread when the pool is at its
+/// thread cap. Elsewhere it does nothing.
+#[pyclass(module = "wspool._wspool")]
+pub(crate) struct WaitRegion {
+    handles: Vec<Py<crate::call::Handle>>,
+    places: Option<Arc<Places>>,
+    /// 0: no region, 1: a lent place, 2: a blocking region (other growth policies).
+    entered: u8,
+}
+
+#[pymethods]
+impl WaitRegion {
+    #[new]
+    #[pyo3(signature = (handles = Vec::new()))]
+    fn new(handles: Vec<Py<crate::call::Handle>>) -> Self {
+        WaitRegion { handles, places: None, entered: 0 }
+    }
+
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyRefMut<'_, Self> {
+        if slf.entered != 0 || wspool::current_index().is_none() {
+            return slf;
+        }
+        let own = slf.handles.first().map(|h| {
+            let h = h.get();
+            (h.slot_is_local(), h.own_places().cloned())
+        });
+        match own {
+            Some((false, _)) => {} // another pool's work: the call keeps its place
+            Some((true, Some(p))) => {
+                for h in &slf.handles {
+                    h.get().mark_urgent(&p);
+                }
+                let _ = region_enter(RegionKind::Wait, Some(&p));
+                wspool::waiting_begin();
+                slf.places = Some(p);
+                slf.entered = 1;
+            }
+            None if region_enter(RegionKind::Wait, None) => {
+                wspool::waiting_begin();
+                slf.entered = 1;
+            }
+            Some((true, None)) | None => {
+                wspool::blocking_begin();
+                slf.entered = 2;
+            }
+        }
+        slf
+    }
+
+    /// At the thread cap: runs one awaited call that has not started on
+    /// this thread; True if it did.
+    fn help(&self) -> bool {
+        let Some(p) = &self.places else { return false };
+        self.handles.iter().any(|h| h.get().run_here_at_cap(p))
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
+        match std::mem::replace(&mut self.entered, 0) {
+            1 => {
+                wspool::waiting_end();
+                region_leave(self.places.as_ref());
+            }
+            2 => wspool::blocking_end(),
+            _ => {}
+        }
+        false
+    }
+}
+
+#[pyfunction]
+pub(crate) fn _interpreter_shutdown() -> bool {
+    crate::fork::INTERPRETER_SHUTDOWN.load(Ordering::SeqCst)
 }

@@ -8,12 +8,14 @@
 //! (`yield_until`). This spin-while-waiting logic is binding-local; it
 //! could move into the core's `TaskHandle` wait.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::permit::{Places, RegionKind};
 
 /// How long one slice of an interruptible wait lasts: the bound on how late
 /// Ctrl-C is noticed by a thread waiting on the pool.
@@ -38,19 +40,32 @@ pub(crate) fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
 
+/// What a wait waits on, as the pool sees it.
+#[derive(Clone, Copy)]
+pub(crate) enum WaitOn<'a> {
+    /// Work of the pool whose thread this is. `places`: that pool's
+    /// (growth="compensate"), to which the waiting call lends its place;
+    /// `core_counts`: the wait is the core's own (a group's), which counts
+    /// itself as waiting when it parks.
+    Own { places: Option<&'a Arc<Places>>, core_counts: bool },
+    /// Anything else (another pool's work, the pool's shutdown): the call
+    /// keeps its place, and no thread is lent.
+    Foreign,
+}
+
 /// Waits with the GIL released until `done(slice)` says the awaited thing
 /// finished or the deadline passes. The wait runs in slices with a signal
 /// check between them, so Ctrl-C interrupts it; off the pool a short spin
-/// on `probe` comes first. The wait is a [`Region`]: the call's permit is
-/// given back, and on a pool thread (of any wspool pool) a pool allowed to
-/// grow lends a thread meanwhile, and the core's waits inside it run no
-/// other task on this thread (nor do its timed waits: every wait here is a
-/// timed slice).
+/// on `probe` comes first. A wait on the pool's own work is a [`Region`]
+/// (see `WaitOn`); before each slice `help()` may run the awaited work on
+/// this thread (at the thread cap) and say so.
 pub(crate) fn wait_released<F>(
     py: Python<'_>,
     timeout: Option<f64>,
     probe: Option<&(dyn Fn() -> bool + Sync)>,
     done: F,
+    on: WaitOn<'_>,
+    help: Option<&dyn Fn() -> bool>,
 ) -> PyResult<bool>
 where
     F: Fn(Option<Duration>) -> bool + Sync,
@@ -66,9 +81,22 @@ where
     {
         return Ok(true);
     }
-    let _region = Region::enter(py);
+    let region = Region::enter(on);
+    let mut first = true;
     loop {
-        let slice = remaining(deadline).map_or(SIGNAL_SLICE, |r| r.min(SIGNAL_SLICE));
+        if let Some(help) = help
+            && help()
+        {
+            continue; // the awaited work ran here: look again
+        }
+        if !first {
+            region.count_waiting();
+        }
+        let mut slice = remaining(deadline).map_or(SIGNAL_SLICE, |r| r.min(SIGNAL_SLICE));
+        if first {
+            slice = slice.min(WAIT_GRACE);
+            first = false;
+        }
         let finished = py.detach(|| {
             WAIT_EPOCH.fetch_add(1, Ordering::SeqCst);
             done(Some(slice))
@@ -85,24 +113,58 @@ where
     }
 }
 
-/// A wait seen by the pool, for its whole length (not per slice): the
-/// call's permit goes back (`permit.rs`), and on a pool thread it is a
-/// blocking region, so the core lends a thread and runs no other task on
-/// this one. Dropped attached; the permit is taken back detached.
-pub(crate) struct Region<'py>(Python<'py>);
+/// A wait on the pool's own work, for its whole length (not per slice):
+/// under growth="compensate" the call lends its place (`permit.rs`) and the
+/// core counts the thread as waiting, so a thread is lent only if every
+/// thread is stuck; under other growth policies it is a blocking region
+/// (a thread lent at once). A foreign wait is no region.
+///
+/// The core counts the thread as waiting only after `WAIT_GRACE`: most
+/// awaited calls are over sooner, and a waiter counted while the call that
+/// would wake it is finishing makes the pool look stuck and lend a thread
+/// nobody needs (one that then stays while work is queued).
+pub(crate) struct Region<'a> {
+    on: WaitOn<'a>,
+    counted: std::cell::Cell<bool>,
+}
 
-impl<'py> Region<'py> {
-    pub(crate) fn enter(py: Python<'py>) -> Region<'py> {
-        crate::permit::region_enter();
-        wspool::blocking_begin();
-        Region(py)
+/// How long a wait on the pool's own work goes before the core counts it.
+const WAIT_GRACE: Duration = Duration::from_millis(2);
+
+impl<'a> Region<'a> {
+    pub(crate) fn enter(on: WaitOn<'a>) -> Region<'a> {
+        match on {
+            WaitOn::Own { places: Some(p), .. } => {
+                let _ = crate::permit::region_enter(RegionKind::Wait, Some(p));
+            }
+            WaitOn::Own { places: None, .. } => wspool::blocking_begin(),
+            WaitOn::Foreign => {}
+        }
+        Region { on, counted: std::cell::Cell::new(false) }
+    }
+
+    /// The wait goes on past the grace period: the core counts it now.
+    fn count_waiting(&self) {
+        if let WaitOn::Own { places: Some(_), core_counts: false } = self.on
+            && !self.counted.replace(true)
+        {
+            wspool::waiting_begin();
+        }
     }
 }
 
 impl Drop for Region<'_> {
     fn drop(&mut self) {
-        wspool::blocking_end();
-        self.0.detach(crate::permit::region_leave);
+        match self.on {
+            WaitOn::Own { places: Some(p), .. } => {
+                if self.counted.get() {
+                    wspool::waiting_end();
+                }
+                crate::permit::region_leave(Some(p));
+            }
+            WaitOn::Own { places: None, .. } => wspool::blocking_end(),
+            WaitOn::Foreign => {}
+        }
     }
 }
 

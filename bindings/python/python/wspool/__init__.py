@@ -33,10 +33,12 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 from concurrent.futures import CancelledError, _base
 from concurrent.futures import Future as _BaseFuture
-from concurrent.futures.thread import BrokenThreadPool, ThreadPoolExecutor
+from concurrent.futures.thread import BrokenThreadPool
+from concurrent.futures.thread import ThreadPoolExecutor as _StockThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast
 
 from . import _wspool
@@ -60,6 +62,7 @@ __all__ = [
     "Serial",
     "Stats",
     "Submitter",
+    "ThreadPoolExecutor",
     "blocking",
     "current_index",
 ]
@@ -141,34 +144,56 @@ class Future(_BaseFuture[_T]):
 
 
 class _RegionEvent(threading.Event):
-    """A waiter's Event whose ``wait`` is a ``wspool.blocking()`` region:
-    the waiting call gives back its share of ``max_workers`` and the pool
-    lends a thread, as for ``Future.result()``."""
+    """A waiter's Event whose ``wait`` is a wait on the pool's own work
+    (``_wspool.WaitRegion``): the waiting call lends its place to the calls
+    it waits for, which go ahead of calls from outside, as for
+    ``Future.result()``; at the pool's thread cap it runs one of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ws_handles: list[_wspool.Handle] = []
 
     def wait(self, timeout: float | None = None) -> bool:
         if self.is_set():
             return True
-        with blocking():
-            signalled = super().wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        signalled = False
+        with _wspool.WaitRegion(self._ws_handles) as region:
+            while not signalled:
+                if region.help():
+                    signalled = self.is_set()
+                    continue
+                step = _SLICE if deadline is None else max(0.0, min(_SLICE, deadline - time.monotonic()))
+                signalled = super().wait(step)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
         return signalled
+
+
+_SLICE = _wspool.SIGNAL_SLICE_SECONDS
 
 
 class _WaiterList(list):  # type: ignore[type-arg]
     """``Future._waiters``. ``concurrent.futures.wait`` and ``as_completed``
     install one waiter on every future while holding all of their
     conditions (no future can finish meanwhile), then wait on its ``event``
-    on the calling thread. Called on a pool thread, the waiter's fresh Event
-    is swapped for a `_RegionEvent` here, at installation."""
+    on the calling thread. Called on a thread of the future's own pool, the
+    waiter's fresh Event is swapped for a `_RegionEvent` here, at
+    installation, which learns every future it waits for."""
 
-    __slots__ = ()
+    __slots__ = ("_ws_handle",)
 
     def append(self, waiter: Any) -> None:
         event = getattr(waiter, "event", None)
-        if type(event) is threading.Event and current_index() is not None:
-            region_event = _RegionEvent()
-            if event.is_set():
-                region_event.set()
-            waiter.event = region_event
+        handle = getattr(self, "_ws_handle", None)
+        if handle is not None and handle.is_local():
+            if type(event) is threading.Event:
+                region_event = _RegionEvent()
+                if event.is_set():
+                    region_event.set()
+                waiter.event = event = region_event
+            if isinstance(event, _RegionEvent):
+                event._ws_handles.append(handle)
         super().append(waiter)
 
 
@@ -351,10 +376,7 @@ class Submitter(_base.Executor):
         return f"<wspool.Submitter {' '.join(opts) or 'default options'}>"
 
 
-_live_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
-
-
-class Pool(ThreadPoolExecutor):
+class Pool(_StockThreadPoolExecutor):
     """A work-stealing thread pool; a drop-in ``ThreadPoolExecutor``.
 
     ``ThreadPoolExecutor``'s arguments mean the same: at most ``max_workers``
@@ -490,7 +512,6 @@ class Pool(ThreadPoolExecutor):
         self._cqs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _wspool.Completions] = (
             weakref.WeakKeyDictionary()
         )
-        _live_pools.add(self)
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedules ``fn(*args, **kwargs)``; returns a ``wspool.Future``.
@@ -675,6 +696,100 @@ class Pool(ThreadPoolExecutor):
 
 _POOL_SUBMIT = Pool.submit
 
+
+class ThreadPoolExecutor(Pool):
+    """``wspool.Pool`` under the name dask.distributed looks for.
+
+    A ``distributed.Worker`` runs a task on its executor through its own
+    bookkeeping (``get_worker()``, ``secede()``, ``rejoin()``,
+    ``worker_client()``) only when the executor's class name contains
+    ``ThreadPoolExecutor`` (``"ThreadPoolExecutor" in str(type(e))`` in
+    ``distributed.worker``); other executors run tasks without it. Pass
+    ``wspool.ThreadPoolExecutor(n)`` as a worker's ``executor=`` (or
+    ``LocalCluster(processes=False, executor=...)``). Inside its calls,
+    ``distributed.secede()`` makes the call a ``wspool.blocking()`` region
+    (it stops counting against ``max_workers``, and the pool lends a thread
+    at once) and ``distributed.rejoin()`` ends it: the call takes its place
+    back at once, as every wait's end does. Everything else is ``Pool``'s.
+    """
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        tpe = sys.modules.get("distributed.threadpoolexecutor")
+        if tpe is None:
+            return super().submit(fn, *args, **kwargs)
+        return super().submit(_with_secede, tpe.thread_state, _SecedeAdapter(), fn, args, kwargs)
+
+
+class _SecedeRegion:
+    """``executor._threads`` as ``distributed.secede`` uses it: removing the
+    calling thread opens a ``blocking()`` region."""
+
+    __slots__ = ("adapter",)
+
+    def __init__(self, adapter: _SecedeAdapter) -> None:
+        self.adapter = adapter
+
+    def remove(self, thread: threading.Thread) -> None:
+        self.adapter.secede()
+
+    def add(self, thread: threading.Thread) -> None:
+        pass
+
+
+class _RejoinList(list):  # type: ignore[type-arg]
+    """``executor._rejoin_list`` as ``distributed.rejoin`` uses it: the
+    (thread, event) it appends ends the region and sets the event at once."""
+
+    def __init__(self, adapter: _SecedeAdapter) -> None:
+        super().__init__()
+        self.adapter = adapter
+
+    def append(self, item: Any) -> None:
+        self.adapter.rejoin()
+        item[1].set()
+
+
+class _SecedeAdapter:
+    """What ``distributed.threadpoolexecutor.thread_state.executor`` must
+    offer ``secede``/``rejoin`` during one call of a wspool pool."""
+
+    def __init__(self) -> None:
+        self._region: blocking | None = None
+        self._threads = _SecedeRegion(self)
+        self._rejoin_lock = threading.Lock()
+        self._rejoin_list = _RejoinList(self)
+
+    def secede(self) -> None:
+        if self._region is None:
+            self._region = blocking()
+            self._region.__enter__()
+
+    def rejoin(self) -> None:
+        region, self._region = self._region, None
+        if region is not None:
+            region.__exit__(None, None, None)
+
+    def _adjust_thread_count(self) -> None:
+        pass
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        pass  # rejoin's wake-up call: nothing to wake here
+
+
+def _with_secede(
+    thread_state: Any, adapter: _SecedeAdapter, fn: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _T:
+    # distributed's own worker threads keep these two attributes for the
+    # lifetime of the thread; here they last one call.
+    thread_state.executor = adapter
+    thread_state.proceed = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        adapter.rejoin()  # a call that seceded and returned: the region ends with it
+        del thread_state.executor
+        del thread_state.proceed
+
 _dask_hooked = False
 
 
@@ -682,8 +797,8 @@ def _hook_dask() -> None:
     """dask's threaded scheduler (``dask.compute(..., pool=pool)`` or
     ``dask.config.set(pool=pool)``) waits for the calls it submitted in
     ``dask.local.queue_get``, a plain ``queue.Queue.get``. Inside one of
-    the pool's own calls (a nested compute) that wait becomes a
-    ``wspool.blocking()`` region, like ``Future.result()``; elsewhere (any
+    the pool's own calls (a nested compute) that wait becomes a wait on the
+    pool's own work, like ``Future.result()``; elsewhere (any
     other thread, any other executor) ``queue_get`` behaves as before."""
     global _dask_hooked
     _dask_hooked = True
@@ -695,7 +810,7 @@ def _hook_dask() -> None:
     def queue_get(q: Any) -> Any:
         if current_index() is None:
             return get(q)
-        with blocking():
+        with _wspool.WaitRegion():
             got = get(q)
         return got
 
@@ -704,18 +819,19 @@ def _hook_dask() -> None:
 
 
 def _python_exit() -> None:
-    # Like ThreadPoolExecutor: at interpreter exit, let queued work finish,
-    # and the workers exit (threading joins non-daemon threads next).
-    for pool in list(_live_pools):
-        try:
-            if not pool._core.forked:
-                pool.shutdown(wait=True)
-        except BaseException:  # noqa: BLE001 - never fail interpreter exit
-            pass
-    if not _wspool._atexit():
-        # Workers of a pool nobody shut down (kept alive by a group or a
-        # serial queue alone) are still there, idle: exit must not wait for
-        # them (the interpreter finalizes their thread states).
+    # Like ThreadPoolExecutor's hook: from now on submissions raise, every
+    # pool of the process (one kept alive by a group or a serial queue alone
+    # included) finishes what it accepted, and its workers exit, before the
+    # interpreter joins threads and finalizes; after this no worker takes
+    # the GIL again.
+    try:
+        all_gone = _wspool._atexit()
+    except BaseException:  # noqa: BLE001 - never fail interpreter exit
+        all_gone = False
+    if not all_gone:
+        # Workers that did not exit within the grace period (a call that
+        # never returns) must not keep the interpreter from exiting: they
+        # never touch Python again.
         locks = getattr(threading, "_shutdown_locks", None)
         if locks is not None:
             with threading._shutdown_locks_lock:  # type: ignore[attr-defined]
