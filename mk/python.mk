@@ -6,7 +6,7 @@
 #   make test-python     the pytest suite (tests/python), mypy.stubtest on the
 #                        extension's .pyi, and mypy --strict on the package. It also
 #                        installs (pinned) the real clients the suite runs: coverage,
-#                        dask and uvloop; and CPython's test_concurrent_futures when the
+#                        dask, dask.distributed and uvloop; and CPython's test_concurrent_futures when the
 #                        interpreter lacks it (Debian's libpython3.X-testsuite, apt-get)
 #   make demo-python     a short tour: submit, map, nested waits, blocking(), stats;
 #                        runs from target/python-dev (cargo build + the package's
@@ -37,7 +37,9 @@ PY_TOOLS_STAMP := $(PY_VENV)/.wspool-python-tools-$(PY_MATURIN_VERSION)-$(PY_PYT
 # with every dependency pinned.
 PY_CLIENTS := coverage==7.17.3 dask==2026.8.0 uvloop==0.23.0 click==8.5.1 cloudpickle==3.1.2 \
 	fsspec==2026.9.0 importlib_metadata==10.2.0 partd==1.4.2 PyYAML==6.0.3 toolz==1.2.0 \
-	lazy-importer==0.1.0 zipp==4.1.2 locket==1.0.0
+	lazy-importer==0.1.0 zipp==4.1.2 locket==1.0.0 \
+	distributed==2026.8.0 Jinja2==3.1.6 MarkupSafe==3.0.4 msgpack==1.2.4 packaging==26.4 \
+	psutil==7.2.2 sortedcontainers==2.4.0 tblib==3.2.2 tornado==6.6.1 zict==3.0.0
 PY_CLIENTS_STAMP := $(PY_VENV)/.wspool-python-clients-$(shell echo '$(PY_CLIENTS)' | cksum | cut -d' ' -f1)
 # maturin is found on PATH by its PEP 517 hooks.
 PY_ENV := PATH="$(PY_BIN):$$PATH" CARGO_TARGET_DIR="$(abspath target)"
