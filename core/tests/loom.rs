@@ -21,7 +21,8 @@
 //! checked on their own by `deque_*`: a LIFO owner's pops racing a thief
 //! down to the last value, pushes publishing to a thief that reads `back`
 //! from a pop, growth under a thief holding the old buffer, memory given
-//! back under a thief, and a FIFO batch steal racing the owner's pops. loom cannot run OS timeouts (a timed park is
+//! back under a thief (also by a retiring owner that waits until none is
+//! kept), and a FIFO batch steal racing the owner's pops. loom cannot run OS timeouts (a timed park is
 //! modelled as "may time out at once"); `core/tests/stress.rs` and the
 //! race tests in `lifecycle.rs` cover the real deques under contention.
 //! The waker hand-off of an awaited task (`waker_slot.rs`) is checked by
@@ -956,6 +957,32 @@ fn deque_release_memory_races_steal() {
         owner.push(3);
         got.extend(std::iter::from_fn(|| owner.pop()));
         assert_each_once(got, 4);
+    });
+}
+
+/// A retiring worker hands its queues to its slot with only the minimal
+/// buffer (`Registry::release_slot`): `release_memory_waiting` returns
+/// with nothing retired in every interleaving with a thief that may still
+/// be reading the grown buffer, which the thief never reads once freed,
+/// and every value is taken once.
+#[test]
+fn deque_release_memory_waiting_races_steal() {
+    loom::model(|| {
+        let owner = Worker::new_lifo();
+        let idle = owner.kept_capacity();
+        for v in 0..3 {
+            owner.push(v);
+        }
+        let stealer = owner.stealer();
+        let thief = thread::spawn(move || match stealer.steal() {
+            Steal::Success(v) => vec![v],
+            _ => vec![],
+        });
+        let mut got: Vec<usize> = std::iter::from_fn(|| owner.pop()).collect();
+        owner.release_memory_waiting();
+        assert_eq!(owner.kept_capacity(), idle, "a grown or retired buffer outlived the wait");
+        got.extend(thief.join().unwrap());
+        assert_each_once(got, 3);
     });
 }
 

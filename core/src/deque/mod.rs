@@ -562,6 +562,42 @@ impl<T> Worker<T> {
         }
     }
 
+    /// [`Worker::release_memory`] for an owner about to give the deque up
+    /// (a retiring worker handing its queues back to its slot): returns
+    /// once the deque keeps only a minimal buffer, nothing retired, so the
+    /// memory a burst grew does not stay with an unoccupied slot until
+    /// some later thread takes it. Waits only for thieves already counted
+    /// in `stealing`, each a few loads from leaving: a thief counts itself
+    /// only after it saw the deque non-empty, and nobody pushes to a
+    /// drained deque whose owner is leaving, so no new thief can keep the
+    /// wait going. Does nothing on a deque that still holds values.
+    #[cold]
+    #[inline(never)]
+    pub fn release_memory_waiting(&self) {
+        loop {
+            self.release_memory();
+            // SAFETY: only the owner and Drop touch `retired`; the owner's
+            // buffer is live.
+            let (retired, cap) = unsafe { ((*self.inner.retired.get()).len(), (*self.buffer.get()).cap()) };
+            if (retired == 0 && cap == MIN_CAP) || !self.is_empty() {
+                return;
+            }
+            #[cfg(loom)]
+            loom::thread::yield_now();
+            #[cfg(not(loom))]
+            std::thread::yield_now();
+        }
+    }
+
+    /// Slots this deque's buffers hold, the current one and those retired
+    /// (what its memory amounts to, for tests of what a slot keeps).
+    #[cfg(any(test, loom))]
+    pub fn kept_capacity(&self) -> usize {
+        // SAFETY: as in `release_memory_waiting`; retired buffers stay
+        // allocated until the owner frees them.
+        unsafe { (*self.buffer.get()).cap() + (*self.inner.retired.get()).iter().map(|&b| (*b).cap()).sum::<usize>() }
+    }
+
     /// Pops a value: the newest (LIFO) or the oldest (FIFO).
     #[inline]
     pub fn pop(&self) -> Option<T> {
