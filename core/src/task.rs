@@ -148,6 +148,14 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
         if self.state.compare_exchange(PENDING, to, SeqCst, SeqCst).is_err() {
             return false;
         }
+        let (error, counter) = match to {
+            EXPIRED => (TaskError::Expired, &self.registry.counters.expired),
+            _ => (TaskError::Cancelled, &self.registry.counters.cancelled),
+        };
+        // Counted before the drop: dropping the closure is what releases a
+        // group's waiter, and stats read after a wait include what it
+        // waited for (as `deadline.rs` counts a task without a handle).
+        counter.add(1);
         // SAFETY: we won the CAS out of PENDING.
         let func = unsafe { (*self.func.get()).take() };
         let dropped = match to {
@@ -157,13 +165,8 @@ impl<T: Send + 'static, F: FnOnce() -> T + Send + 'static> TaskCell<T, F> {
         if let Err(p) = dropped {
             drop_payload(p);
         }
-        let (error, counter) = match to {
-            EXPIRED => (TaskError::Expired, &self.registry.counters.expired),
-            _ => (TaskError::Cancelled, &self.registry.counters.cancelled),
-        };
         // SAFETY: as in `run_if_pending`.
         unsafe { *self.result.get() = Some(Err(error)) };
-        counter.add(1);
         self.latch.set();
         self.waker.complete();
         true

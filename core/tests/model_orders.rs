@@ -58,9 +58,6 @@
 //! A third property begins `Shutdown::Cancel` while 1 to 4 workers are
 //! still held: every queued task ends cancelled, exactly once.
 //!
-//! `a_group_wait_returns_after_its_expired_task_is_counted` fails on the
-//! main branch this was written against: see its comment.
-//!
 //! Random cases per run (`WSPOOL_PROPTEST_CASES` overrides all three): 128
 //! on one worker against the model, 64 on 2-4 workers against the bounds,
 //! 64 for the cancelling shutdown; together under a second in
@@ -1071,14 +1068,10 @@ proptest::proptest! {
 /// returns, `Stats::expired` counts it. Repeated to catch the race; no
 /// timing is assumed (a pool that keeps the promise passes every round).
 ///
-/// DEFECT on main when this was written (kept failing on purpose, not
-/// weakened): `TaskCell::drop_if_pending` (`core/src/task.rs`) drops the
-/// closure, which releases the group membership and wakes the waiter,
-/// and only then adds to `Stats::expired` (the spawn path,
-/// `deadline.rs`, counts first). Seen: 4 to 19 early waits in 20,000 on a
-/// loaded 2-core machine. A cancelled handle task in a group has the same
-/// order (`Stats::cancelled` after the drop). Counting before the drop
-/// makes this pass (tried on a scratch copy).
+/// It found `TaskCell::drop_if_pending` counting the expiry after the drop
+/// that releases the group's waiter (4 to 19 early waits in 20,000 on a
+/// loaded 2-core machine); the count now comes first, for cancellations
+/// of handle tasks too.
 #[test]
 fn a_group_wait_returns_after_its_expired_task_is_counted() {
     const ROUNDS: u64 = 20_000;
