@@ -74,12 +74,8 @@ fn parked() -> (f64, f64, f64) {
 /// lent thread is surplus and retires as that job returns (its slot then
 /// holds what it kept; the one thread left parks and keeps nothing).
 fn retired() -> (f64, f64, f64) {
-    let pool = wspool::Pool::builder()
-        .min_threads(1)
-        .max_threads(2)
-        .growth(wspool::Growth::Compensate)
-        .build()
-        .expect("pool");
+    let pool =
+        wspool::Pool::builder().min_threads(1).max_threads(2).growth(wspool::Growth::Compensate).build().expect("pool");
     std::thread::sleep(Duration::from_millis(100));
     let before = rss_mib();
     let (in_region_tx, in_region_rx) = mpsc::channel();

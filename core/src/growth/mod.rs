@@ -23,9 +23,9 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 pub(crate) mod compensation;
 mod monitor;
-mod sample;
 #[cfg(test)]
 mod retire_tests;
+mod sample;
 #[cfg(test)]
 mod sim;
 
