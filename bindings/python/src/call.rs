@@ -147,6 +147,8 @@ fn base_future_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 /// thread pops it. `Group.wait` waits for the calls.
 #[derive(Default)]
 pub(crate) struct GroupCount {
+    /// Its calls, for `Group.wait` on a pool thread to mark them awaited.
+    slots: Mutex<Vec<std::sync::Weak<Slot>>>,
     n: AtomicUsize,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -174,6 +176,24 @@ impl GroupCount {
 
     pub(crate) fn pending(&self) -> usize {
         self.n.load(Ordering::SeqCst)
+    }
+
+    fn remember(&self, slot: &Arc<Slot>) {
+        let mut slots = lock(&self.slots);
+        if slots.len() >= 64 && slots.len().is_power_of_two() {
+            slots.retain(|w| w.upgrade().is_some_and(|s| s.claimable()));
+        }
+        slots.push(Arc::downgrade(slot));
+    }
+
+    /// A call of the pool waits for the group: its calls not started are
+    /// awaited (`Slot::mark_awaited`).
+    pub(crate) fn mark_awaited(&self, places: &Places) {
+        let mut slots = lock(&self.slots);
+        slots.retain(|w| w.upgrade().is_some_and(|s| s.claimable()));
+        for slot in slots.iter().filter_map(std::sync::Weak::upgrade) {
+            slot.mark_awaited(places);
+        }
     }
 
     /// Waits (detached) until no call is pending or `timeout` passed.
@@ -218,6 +238,11 @@ pub(crate) struct Slot {
     started: AtomicBool,
     /// Already on its pool's urgent list.
     urgent: AtomicBool,
+    /// On its pool's queue of outer calls (`Places::push_outer`).
+    fifo: AtomicBool,
+    /// A waiting call of its pool waits for it (`permit.rs`: it may borrow
+    /// a place a waiting borrower passes on).
+    awaited: AtomicBool,
     done: AtomicBool,
     sleepers: AtomicUsize,
     wait_lock: Mutex<()>,
@@ -236,6 +261,8 @@ impl Slot {
             deadline: AtomicBool::new(false),
             started: AtomicBool::new(false),
             urgent: AtomicBool::new(false),
+            fifo: AtomicBool::new(false),
+            awaited: AtomicBool::new(false),
             done: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             wait_lock: Mutex::new(()),
@@ -258,6 +285,24 @@ impl Slot {
 
     pub(crate) fn claimable(&self) -> bool {
         !self.started.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_awaited(&self) -> bool {
+        self.awaited.load(Ordering::Acquire)
+    }
+
+    /// A call of its pool waits for this one: it goes ahead of outer calls
+    /// and may borrow what waiting borrowers pass on.
+    pub(crate) fn mark_awaited(self: &Arc<Self>, places: &Places) {
+        if self.deadline.load(Ordering::Relaxed) || !self.claimable() {
+            return;
+        }
+        self.awaited.store(true, Ordering::Release);
+        if !self.urgent.swap(true, Ordering::AcqRel) {
+            places.push_urgent(Urgent::Call(self.clone()));
+        } else {
+            places.poke();
+        }
     }
 
     fn is_done(&self) -> bool {
@@ -334,20 +379,40 @@ pub(crate) fn run_claimed(call: Call, slot: &Slot, places: &Arc<Places>, kind: K
 }
 
 /// The pool's task for a call: runs it unless someone claimed it first;
-/// dropped unrun, it cancels the future.
-struct Job(Arc<Slot>);
+/// dropped unrun, it cancels the future. (The flag: it ran, so its call,
+/// if still pending, is another task's to start.)
+struct Job(Arc<Slot>, bool);
 
 impl Job {
-    fn run(self) {
+    fn run(mut self) {
+        self.1 = true;
+        let places = self.0.places();
+        if let Some(places) = &places
+            && self.0.fifo.load(Ordering::Relaxed)
+        {
+            // Any outer call's task starts the oldest outer call.
+            if !self.0.claimable() && !places.outer_pending() {
+                return;
+            }
+            let kind = places.take(false, &|| false);
+            let claimed = places.claim_oldest_outer().or_else(|| self.0.claim().map(|c| (self.0.clone(), c)));
+            match claimed {
+                None => places.give(kind),
+                Some((slot, call)) => {
+                    handoff_debounce(call.submitted, call.epoch, call.cpu);
+                    run_claimed(call, &slot, places, kind, false);
+                }
+            }
+            return;
+        }
         if !self.0.claimable() {
             return;
         }
-        let places = self.0.places();
         match places {
             // The place first, then the call: a thread waiting for a place
             // holds no call another thread (a waiter at the cap) may need.
             Some(places) => {
-                let kind = places.take(self.0.inner);
+                let kind = places.take(self.0.inner, &|| self.0.is_awaited());
                 match self.0.claim() {
                     None => places.give(kind),
                     Some(call) => {
@@ -367,7 +432,7 @@ impl Job {
                     }
                     let shared = call.shared.clone();
                     let mut slot = Some(call);
-                    let ran = shared.run_python(false, |py| {
+                    let ran = shared.run_python(false, &|| false, |py| {
                         if let Some(c) = slot.take() {
                             c.execute(py)
                         }
@@ -402,6 +467,9 @@ impl Slot {
 
 impl Drop for Job {
     fn drop(&mut self) {
+        if self.1 {
+            return;
+        }
         if let Some(call) = self.0.claim() {
             call.cancel_unrun();
             self.0.finish();
@@ -463,8 +531,16 @@ pub(crate) fn submit_call<'py>(
         };
     if let Some(g) = group {
         *lock(&slot.group) = Some(g.enter());
+        g.remember(&slot);
     }
-    let job = Job(slot.clone());
+    if !inner
+        && matches!(target, Target::Pool(_) | Target::Group(_))
+        && let Some(places) = shared.places()
+    {
+        slot.fifo.store(true, Ordering::Relaxed);
+        places.push_outer(slot.clone());
+    }
+    let job = Job(slot.clone(), false);
     let task = move || job.run();
     let submit = move || match target {
         Target::Pool(p) => p.submit(task).map_err(|e| e.kind()),
@@ -537,7 +613,11 @@ pub(crate) fn submit_batch_calls<'py>(
             },
             inner,
         );
-        jobs.push(Job(slot.clone()));
+        if !inner && let Some(places) = shared.places() {
+            slot.fifo.store(true, Ordering::Relaxed);
+            places.push_outer(slot.clone());
+        }
+        jobs.push(Job(slot.clone(), false));
         slots.push(slot);
         futures.push(future);
     }
@@ -609,12 +689,7 @@ impl Handle {
 
     /// The call is waited for by a call of its pool: ahead of outer calls.
     pub(crate) fn mark_urgent(&self, places: &Places) {
-        if self.slot.deadline.load(Ordering::Relaxed) {
-            return;
-        }
-        if self.slot.claimable() && !self.slot.urgent.swap(true, Ordering::AcqRel) {
-            places.push_urgent(crate::permit::Urgent::Call(self.slot.clone()));
-        }
+        self.slot.mark_awaited(places);
     }
 
     /// At the thread cap, with no thread to lend: runs the call on this
@@ -627,8 +702,8 @@ impl Handle {
             return false;
         }
         let Some(call) = self.slot.claim() else { return false };
-        places.borrow_now();
-        run_claimed(call, &self.slot, places, Kind::Borrowed, true);
+        let kind = places.borrow_now();
+        run_claimed(call, &self.slot, places, kind, true);
         true
     }
 }

@@ -173,7 +173,7 @@ impl Completions {
                 .submit_with(opts, item, move |it| {
                     let _ticket = ticket;
                     let mut call = || {
-                        shared.run_python(false, |py| {
+                        shared.run_python(false, &|| false, |py| {
                             // The awaiting task was cancelled while the call
                             // waited (asyncio cancels the future it awaited):
                             // the call is dropped unrun; `drain` finds the

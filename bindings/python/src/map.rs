@@ -60,6 +60,8 @@ pub(crate) struct MapState {
     /// Started from one of the pool's threads: its tickets may borrow a
     /// place lent by a waiting call (`permit.rs`).
     inner: bool,
+    /// Its consumer, a call of the pool, waits for it.
+    awaited: AtomicBool,
     /// Tickets queued and not started / not finished.
     queued: AtomicUsize,
     live: AtomicUsize,
@@ -68,6 +70,10 @@ pub(crate) struct MapState {
 impl MapState {
     fn shared(&self) -> &Arc<Shared> {
         &self.owner.shared
+    }
+
+    pub(crate) fn is_awaited(&self) -> bool {
+        self.awaited.load(Ordering::Acquire)
     }
 
     pub(crate) fn claimable(&self) -> bool {
@@ -190,7 +196,7 @@ impl Ticket {
     /// Runs chunks while it holds the GIL (see `Ticket`).
     fn run_chunks(&self) {
         let st = &self.state;
-        st.shared().run_python(st.inner, |py| chunk_loop(st, py));
+        st.shared().run_python(st.inner, &|| st.is_awaited(), |py| chunk_loop(st, py));
     }
 }
 
@@ -294,6 +300,11 @@ impl MapIter {
         };
         let shared = st.shared();
         let on = if shared.is_worker_here() {
+            if let Some(p) = shared.places()
+                && !st.awaited.swap(true, Ordering::AcqRel)
+            {
+                p.poke();
+            }
             WaitOn::Own { places: shared.places(), core_counts: false }
         } else {
             WaitOn::Foreign
@@ -408,6 +419,7 @@ pub(crate) fn start_map(
         lock: Mutex::new(()),
         cv: Condvar::new(),
         inner: owner.shared.is_worker_here(),
+        awaited: AtomicBool::new(false),
         queued: AtomicUsize::new(0),
         live: AtomicUsize::new(0),
     });

@@ -8,12 +8,15 @@
 //! * A call that waits on work of **its own pool** (`Future.result()`,
 //!   `Group.wait()`, a `map` iterator, `concurrent.futures.wait` /
 //!   `as_completed`) *lends* its place for the wait: only calls submitted
-//!   from the pool's own threads (the work such waits wait on) may borrow
-//!   it, never a call submitted from outside. So waits cannot make room for
-//!   more outer calls, each of which would wait in turn and hold a thread:
-//!   the calls started from outside and not yet returned stay at most
-//!   `max_workers`, and the threads needed grow with nesting depth, not
-//!   with fan-out.
+//!   from the pool's own threads (the work such waits wait on) or waited
+//!   for by one of its calls may borrow it, never another call from
+//!   outside. So waits cannot make room for more outer calls, each of which
+//!   would wait in turn and hold a thread: the calls started from outside
+//!   and not yet returned stay at most `max_workers`. A borrower that waits
+//!   passes its place on only to what some call waits for, not to its
+//!   siblings nobody waits for yet (which would each borrow it, wait and
+//!   pass it on: threads growing with fan-out one level down). So the
+//!   threads needed grow with nesting depth, not with fan-out.
 //! * `with wspool.blocking():` gives the place back to anyone for the region.
 //! * A wait on anything else keeps the place (`Pool(1)` stays serial).
 //! * When a wait or region ends, the call takes its place back at once,
@@ -23,17 +26,21 @@
 //!   borrowers still run), and by calls back from `blocking()` while the
 //!   pool is full; no call starts until the pool is below the bound again.
 //!
-//! Ordering: a call some waiting call of the pool waits for and that has
-//! not started is *urgent* (`push_urgent`). A thread about to start a call
+//! Ordering: calls from outside the pool start in submission order (the
+//! queue `outer`: any of their pool tasks starts the oldest). An inner call,
+//! or one some waiting call of the pool waits for, that has not started is
+//! *urgent* (`push_urgent`). A thread about to start a call
 //! from outside, or waiting for a place, runs urgent calls first, so the
 //! work waiters wait on goes ahead of queued outer calls. A thread waiting
 //! for a place counts as waiting for the core (`wspool::waiting_begin`), so
 //! the pool lends a thread only when every thread is stuck.
 //!
-//! Counts: `own` calls execute on their own place, `borrowed` on a lent
-//! one, `lending` calls wait (each lends one place). Free places are
-//! `max_workers - own - lending - max(0, borrowed - lending)`; a negative
-//! value is how far the pool is over the bound.
+//! Counts: `own` calls execute on their own place; `lent` / `relent`
+//! calls hold a borrowed one (executing or waiting); `lending_own` calls
+//! wait on their own place and offer it to inner or awaited calls,
+//! `lending_on` borrowers wait and offer theirs on to awaited calls only.
+//! Free places: `max_workers - own - lending_own` less the borrowers beyond
+//! the places offered; a negative value is how far the pool is over.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -55,6 +62,13 @@ impl Urgent {
         match self {
             Urgent::Call(slot) => slot.claimable(),
             Urgent::Map(map) => map.claimable(),
+        }
+    }
+
+    fn awaited(&self) -> bool {
+        match self {
+            Urgent::Call(slot) => slot.is_awaited(),
+            Urgent::Map(map) => map.is_awaited(),
         }
     }
 
@@ -81,7 +95,13 @@ impl Urgent {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kind {
     Own,
-    Borrowed,
+    /// A place lent by a waiting call that executes on its own place.
+    Lent,
+    /// A place passed on by a waiting borrower: only for what some call
+    /// waits for, never for an inner call nobody waits for yet (a
+    /// borrower's siblings would otherwise each borrow it in turn, wait,
+    /// and pass it on again: threads growing with fan-out one level down).
+    Relent,
 }
 
 /// What a region does with the call's place.
@@ -96,21 +116,48 @@ pub(crate) enum RegionKind {
 #[derive(Default)]
 struct State {
     own: usize,
-    borrowed: usize,
-    lending: usize,
+    /// Calls holding a `Lent` / `Relent` place (executing or waiting).
+    lent: usize,
+    relent: usize,
+    /// Waiting calls offering their place: `lending_own` their own (to
+    /// inner or awaited calls), `lending_on` the one they borrowed (to
+    /// awaited calls only).
+    lending_own: usize,
+    lending_on: usize,
     sleepers: usize,
     /// Inner calls and calls waited for, not started, newest last: the
     /// most deeply nested work is taken first.
     urgent: VecDeque<Urgent>,
+    /// Calls submitted from outside the pool, not started, oldest first:
+    /// whichever of their pool tasks a thread runs starts the oldest, so
+    /// they start in submission order, as on `ThreadPoolExecutor` (the core
+    /// takes global work in batches, and a batch taken by a thread that
+    /// blocks would otherwise wait behind it while later calls start).
+    outer: VecDeque<Arc<Slot>>,
 }
 
 impl State {
+    /// Places nobody holds: every place is held by a call executing on it
+    /// or lending it; borrowers beyond the places offered (their lender's
+    /// wait ended first) are how far the pool is over the bound.
     fn free(&self, n: usize) -> isize {
-        n as isize - self.own as isize - self.lending as isize - self.borrowed.saturating_sub(self.lending) as isize
+        n as isize
+            - self.own as isize
+            - self.lending_own as isize
+            - self.lent.saturating_sub(self.lending_own) as isize
+            - self.relent.saturating_sub(self.lending_on) as isize
     }
 
-    fn can_borrow(&self) -> bool {
-        self.borrowed < self.lending
+    /// The place a call may borrow: `inner` (submitted from the pool's
+    /// threads) or `awaited` (some waiting call of the pool waits for it).
+    fn borrowable(&self, inner: bool, awaited: bool) -> Option<Kind> {
+        if awaited && self.relent < self.lending_on {
+            Some(Kind::Relent)
+        } else if (inner || awaited) && self.lent < self.lending_own {
+            Some(Kind::Lent)
+        } else {
+            None
+        }
     }
 }
 
@@ -149,20 +196,14 @@ impl Places {
     /// `inner`: submitted from one of the pool's threads, so it may borrow
     /// a lent place. Urgent calls are run first, on this thread, whenever
     /// one could start; while no place is free the thread counts as waiting.
-    pub(crate) fn take(self: &Arc<Self>, inner: bool) -> Kind {
+    pub(crate) fn take(self: &Arc<Self>, inner: bool, awaited: &dyn Fn() -> bool) -> Kind {
         let mut st = lock(&self.state);
         let kind = loop {
             if let Some(item) = st.urgent.pop_back() {
                 if !item.live() {
                     continue;
                 }
-                let kind = if st.can_borrow() {
-                    Some(Kind::Borrowed)
-                } else if st.free(self.n) > 0 {
-                    Some(Kind::Own)
-                } else {
-                    None
-                };
+                let kind = st.borrowable(true, item.awaited()).or((st.free(self.n) > 0).then_some(Kind::Own));
                 match kind {
                     None => st.urgent.push_back(item),
                     Some(kind) => {
@@ -177,8 +218,8 @@ impl Places {
                     }
                 }
             }
-            if inner && st.can_borrow() {
-                break Kind::Borrowed;
+            if let Some(kind) = st.borrowable(inner, awaited()) {
+                break kind;
             }
             if st.free(self.n) > 0 {
                 break Kind::Own;
@@ -198,7 +239,8 @@ impl Places {
     fn count_in(&self, st: &mut State, kind: Kind) {
         match kind {
             Kind::Own => st.own += 1,
-            Kind::Borrowed => st.borrowed += 1,
+            Kind::Lent => st.lent += 1,
+            Kind::Relent => st.relent += 1,
         }
     }
 
@@ -207,15 +249,19 @@ impl Places {
         let mut st = lock(&self.state);
         match kind {
             Kind::Own => st.own -= 1,
-            Kind::Borrowed => st.borrowed -= 1,
+            Kind::Lent => st.lent -= 1,
+            Kind::Relent => st.relent -= 1,
         }
         self.wake(&st);
     }
 
-    /// Takes a borrowed place without waiting: a waiter at the thread cap
-    /// runs the work it waits for itself (its own place is lent meanwhile).
-    pub(crate) fn borrow_now(&self) {
-        lock(&self.state).borrowed += 1;
+    /// Takes a place without waiting for one, for the work a waiter at the
+    /// thread cap runs itself (its own place is lent meanwhile).
+    pub(crate) fn borrow_now(&self) -> Kind {
+        let mut st = lock(&self.state);
+        let kind = st.borrowable(true, true).unwrap_or(Kind::Relent);
+        self.count_in(&mut st, kind);
+        kind
     }
 
     /// `slot`'s call is waited for by a call of this pool: run it before
@@ -230,16 +276,43 @@ impl Places {
         self.wake(&st);
     }
 
+    /// Something became borrowable (a call is now waited for): threads
+    /// waiting for a place look again.
+    pub(crate) fn poke(&self) {
+        let st = lock(&self.state);
+        self.wake(&st);
+    }
+
+    /// A call from outside the pool joins the queue of outer calls.
+    pub(crate) fn push_outer(&self, slot: Arc<Slot>) {
+        lock(&self.state).outer.push_back(slot);
+    }
+
+    /// The oldest outer call not started, claimed.
+    pub(crate) fn claim_oldest_outer(&self) -> Option<(Arc<Slot>, crate::call::Call)> {
+        let mut st = lock(&self.state);
+        while let Some(slot) = st.outer.pop_front() {
+            if let Some(call) = slot.claim() {
+                return Some((slot, call));
+            }
+        }
+        None
+    }
+
+    pub(crate) fn outer_pending(&self) -> bool {
+        !lock(&self.state).outer.is_empty()
+    }
+
     /// Runs `f` (a call) holding a place taken first (the caller is
     /// detached). A thread that already holds one for this pool without
     /// being in a region (a call run inline by `reject="caller_runs"`
     /// inside another call) does not take a second.
-    pub(crate) fn run<R>(self: &Arc<Self>, inner: bool, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn run<R>(self: &Arc<Self>, inner: bool, awaited: &dyn Fn() -> bool, f: impl FnOnce() -> R) -> R {
         let nested_in_call = HELD.with(|h| h.borrow().last().is_some_and(|held| held.depth == 0));
         if nested_in_call {
             return f();
         }
-        let kind = self.take(inner);
+        let kind = self.take(inner, awaited);
         self.run_holding(kind, f)
     }
 
@@ -268,13 +341,14 @@ impl Places {
         match (region, kind) {
             (RegionKind::Wait, Kind::Own) => {
                 st.own -= 1;
-                st.lending += 1;
+                st.lending_own += 1;
             }
-            // A borrower lends on what it borrowed: it stays counted as a
+            // A borrower passes on what it borrowed: it stays counted as a
             // borrower, so its lender's place is not lent twice.
-            (RegionKind::Wait, Kind::Borrowed) => st.lending += 1,
+            (RegionKind::Wait, _) => st.lending_on += 1,
             (RegionKind::Blocking, Kind::Own) => st.own -= 1,
-            (RegionKind::Blocking, Kind::Borrowed) => st.borrowed -= 1,
+            (RegionKind::Blocking, Kind::Lent) => st.lent -= 1,
+            (RegionKind::Blocking, Kind::Relent) => st.relent -= 1,
         }
         self.wake(&st);
     }
@@ -284,12 +358,13 @@ impl Places {
         let mut st = lock(&self.state);
         match (region, kind) {
             (Some(RegionKind::Wait), Kind::Own) => {
-                st.lending -= 1;
+                st.lending_own -= 1;
                 st.own += 1;
             }
-            (Some(RegionKind::Wait), Kind::Borrowed) => st.lending -= 1,
+            (Some(RegionKind::Wait), _) => st.lending_on -= 1,
             (Some(RegionKind::Blocking), Kind::Own) => st.own += 1,
-            (Some(RegionKind::Blocking), Kind::Borrowed) => st.borrowed += 1,
+            (Some(RegionKind::Blocking), Kind::Lent) => st.lent += 1,
+            (Some(RegionKind::Blocking), Kind::Relent) => st.relent += 1,
             (None, _) => {}
         }
     }
@@ -298,7 +373,8 @@ impl Places {
     /// calls resumed over the bound, see the module comment).
     pub(crate) fn executing(&self) -> usize {
         let st = lock(&self.state);
-        st.own + st.borrowed
+        // Borrowers in waits still hold what they borrowed.
+        st.own + st.lent + st.relent - st.lending_on
     }
 }
 

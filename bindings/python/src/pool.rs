@@ -82,7 +82,7 @@ impl Shared {
     /// Runs `f` attached to Python on behalf of this pool: on a worker, makes
     /// sure the thread has its persistent state and ran the per-thread init.
     /// Returns false (dropping `f` unrun) if the interpreter is gone.
-    pub(crate) fn run_python<F>(&self, inner: bool, f: F) -> bool
+    pub(crate) fn run_python<F>(&self, inner: bool, awaited: &dyn Fn() -> bool, f: F) -> bool
     where
         F: for<'py> FnOnce(Python<'py>),
     {
@@ -92,7 +92,7 @@ impl Shared {
             // the GIL. Only on the pool's threads: a call that
             // reject="caller_runs" runs on the submitting thread is that
             // thread's own work (it must not wait for the pool).
-            Some(places) if self.is_worker_here() => places.run(inner, attach),
+            Some(places) if self.is_worker_here() => places.run(inner, awaited, attach),
             _ => attach(),
         }
     }
@@ -535,6 +535,9 @@ impl Group {
             WaitOn::Foreign
         };
         let count = &self.count;
+        if let WaitOn::Own { places: Some(p), .. } = on {
+            count.mark_awaited(p);
+        }
         wait_released(py, timeout, Some(&|| count.pending() == 0), |t| count.wait_empty(t), on, None)
     }
 

@@ -145,7 +145,7 @@ impl<'a> Region<'a> {
 
     /// The wait goes on past the grace period: the core counts it now.
     fn count_waiting(&self) {
-        if let WaitOn::Own { places: Some(_), core_counts: false } = self.on
+        if let WaitOn::Own { places: Some(_), core_counts: false, .. } = self.on
             && !self.counted.replace(true)
         {
             wspool::waiting_begin();
