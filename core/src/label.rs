@@ -12,17 +12,25 @@
 //! Cost: a task without a label pays nothing (no store per task: the
 //! plain submission paths never see labels). A labelled task pays its
 //! label lookup at submit (a thread-local cache in front of the global
-//! table, so a known name takes no lock) and two stores on the worker
-//! around its run ([`with_label`]).
+//! table) and two stores on the worker around its run ([`with_label`]).
+//!
+//! The table takes no lock, not even to add a name: it is an open-addressed
+//! array of write-once slots, claimed with one compare-and-swap, and a
+//! label's id is its slot. A lock here was taken by every snapshot (the
+//! monitor's stall reports included), so a `fork()` while another thread
+//! held it left the child with a lock nobody would release, and the
+//! child's first new label hung; with no lock there is nothing a child can
+//! inherit held (DESIGN.md, "After fork()").
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::panic::Location;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{LazyLock, Mutex};
+use std::ptr;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicPtr, AtomicUsize};
 
-use crate::sync::lock;
 use crate::worker::WorkerThread;
 
 /// Most distinct labels a process keeps; later new names all get the
@@ -32,8 +40,16 @@ pub const MAX_LABELS: usize = 65_536;
 /// The name every label past [`MAX_LABELS`] gets.
 const OVERFLOW_NAME: &str = "(too many labels)";
 
+/// The overflow label's id; it has no slot, so a full table still has it.
+const OVERFLOW_ID: u32 = 1;
+
+/// Slots of the process-wide table: twice the names it may hold, so a
+/// probe for a missing name always meets an empty slot soon (load at most
+/// one half).
+const TABLE_SLOTS: usize = 2 * MAX_LABELS;
+
 /// Entries a thread's cache keeps before it starts over (the global table
-/// still has them: a miss costs one lock).
+/// still has them: a miss costs a probe of the table).
 const CACHE_ENTRIES: usize = 1024;
 
 /// What a task "is", as snapshots name it: a small id for a name kept for
@@ -43,21 +59,117 @@ const CACHE_ENTRIES: usize = 1024;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Label(NonZeroU32);
 
-struct Table {
-    /// `names[id - 1]`; the first one is the overflow label.
-    names: Vec<&'static str>,
-    by_name: HashMap<&'static str, NonZeroU32>,
+/// A name in the table. Published once by a compare-and-swap and never
+/// freed in the process-wide table, so readers hold `&'static` references.
+struct Entry {
+    name: Cow<'static, str>,
 }
 
-impl Table {
-    fn new() -> Table {
-        let mut by_name = HashMap::new();
-        by_name.insert(OVERFLOW_NAME, NonZeroU32::MIN);
-        Table { names: vec![OVERFLOW_NAME], by_name }
+/// An append-only set of names, `N` slots (a power of two), holding at most
+/// `max` names. Slot `i` is label id `i + 2` (id 1 is the overflow label).
+struct Table<const N: usize> {
+    slots: [AtomicPtr<Entry>; N],
+    /// Names claimed: a claim counts itself before its compare-and-swap and
+    /// gives the count back if it loses, so at most `max` slots are ever
+    /// filled, whatever the races.
+    claimed: AtomicUsize,
+    max: usize,
+}
+
+impl<const N: usize> Table<N> {
+    const fn new(max: usize) -> Self {
+        assert!(N.is_power_of_two() && max <= N / 2);
+        Table { slots: [const { AtomicPtr::new(ptr::null_mut()) }; N], claimed: AtomicUsize::new(0), max }
+    }
+
+    /// The id of `name`, added if new; `keep` makes the table's copy, called
+    /// only when the name was not found. Equal names racing to be added get
+    /// one slot: the loser frees its copy and takes the winner's id.
+    fn intern(&self, name: &str, keep: impl FnOnce() -> Cow<'static, str>) -> Label {
+        let mut keep = Some(keep);
+        let mut mine: *mut Entry = ptr::null_mut();
+        let mut i = fnv1a(name) as usize & (N - 1);
+        let found = loop {
+            let seen = self.slots[i].load(Acquire);
+            if seen.is_null() {
+                if mine.is_null() {
+                    if self.claimed.fetch_add(1, Relaxed) >= self.max {
+                        self.claimed.fetch_sub(1, Relaxed);
+                        break None;
+                    }
+                    let keep = keep.take().expect("a claim is made once");
+                    mine = Box::into_raw(Box::new(Entry { name: keep() }));
+                }
+                match self.slots[i].compare_exchange(ptr::null_mut(), mine, AcqRel, Acquire) {
+                    Ok(_) => return label_at(i),
+                    // Another name (or this one) took the slot first: look
+                    // at what it holds, as if it had been there all along.
+                    Err(other) => {
+                        // SAFETY: a published entry is never freed while the table lives.
+                        if unsafe { &*other }.name == name {
+                            break Some(i);
+                        }
+                    }
+                }
+            // SAFETY: as above.
+            } else if unsafe { &*seen }.name == name {
+                break Some(i);
+            }
+            i = (i + 1) & (N - 1);
+        };
+        if !mine.is_null() {
+            // SAFETY: ours, never published (its compare-and-swap lost).
+            drop(unsafe { Box::from_raw(mine) });
+            self.claimed.fetch_sub(1, Relaxed);
+        }
+        found.map_or(Label(NonZeroU32::MIN), label_at)
+    }
+
+    /// The name of `label`. A label is made only after its slot is
+    /// published, and reaches other threads through something that
+    /// synchronises (a submission; a worker's slot, stored with Release and
+    /// read with Acquire), so the slot is seen filled; an id that is not
+    /// (none is made so) reads as the overflow name rather than panic.
+    fn name(&self, label: Label) -> &str {
+        let Some(slot) = (label.0.get() as usize).checked_sub(2).and_then(|i| self.slots.get(i)) else {
+            return OVERFLOW_NAME;
+        };
+        let entry = slot.load(Acquire);
+        if entry.is_null() {
+            return OVERFLOW_NAME;
+        }
+        // SAFETY: a published entry is never freed while the table lives.
+        &unsafe { &*entry }.name
     }
 }
 
-static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(|| Mutex::new(Table::new()));
+impl<const N: usize> Drop for Table<N> {
+    /// Only a test's own table is ever dropped (the process-wide one is a
+    /// static): it frees its entries.
+    fn drop(&mut self) {
+        for slot in &mut self.slots {
+            let entry = *slot.get_mut();
+            if !entry.is_null() {
+                // SAFETY: published by `intern` from `Box::into_raw`, dropped once here.
+                drop(unsafe { Box::from_raw(entry) });
+            }
+        }
+    }
+}
+
+fn label_at(slot: usize) -> Label {
+    Label(NonZeroU32::new(slot as u32 + 2).expect("slot ids start at 2"))
+}
+
+/// FNV-1a: names are short and few; any hash spreading them over the slots
+/// will do, and this one needs no state and no keys.
+fn fnv1a(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Static and zero-initialised: no lazy initialisation, which would be a
+/// lock of its own (a `Once` a fork could catch half-done).
+static TABLE: Table<TABLE_SLOTS> = Table::new(MAX_LABELS);
 
 thread_local! {
     /// `&'static str` labels and caller locations by address: (pointer,
@@ -67,26 +179,11 @@ thread_local! {
     static BY_NAME: RefCell<HashMap<Box<str>, Label>> = RefCell::new(HashMap::new());
 }
 
-/// The global table's id for `name`, added if new; `keep` makes the
-/// `'static` copy, called only when the name is new.
+/// The process-wide table's id for `name`, added if new; `keep` makes the
+/// table's copy, called only when the name is new.
 #[cold]
-fn intern_global(name: &str, keep: impl FnOnce() -> &'static str) -> Label {
-    intern_into(&mut lock(&TABLE), name, keep, MAX_LABELS)
-}
-
-/// `intern_global` on `table`, holding at most `max` names.
-fn intern_into(table: &mut Table, name: &str, keep: impl FnOnce() -> &'static str, max: usize) -> Label {
-    if let Some(&id) = table.by_name.get(name) {
-        return Label(id);
-    }
-    if table.names.len() >= max {
-        return Label(NonZeroU32::MIN);
-    }
-    let name = keep();
-    table.names.push(name);
-    let id = NonZeroU32::new(table.names.len() as u32).expect("ids start at 1");
-    table.by_name.insert(name, id);
-    Label(id)
+fn intern_global(name: &str, keep: impl FnOnce() -> Cow<'static, str>) -> Label {
+    TABLE.intern(name, keep)
 }
 
 /// Looks `key` up in a thread's cache, else computes and caches it. The
@@ -125,7 +222,7 @@ impl Label {
     /// reference). Equal names give equal labels, however they were made.
     pub fn new(name: &'static str) -> Label {
         let key = (name.as_ptr() as usize, name.len());
-        cached(&BY_ADDRESS, &key, || key, || intern_global(name, || name))
+        cached(&BY_ADDRESS, &key, || key, || intern_global(name, || Cow::Borrowed(name)))
     }
 
     /// The label `"file:line"` of the caller (through `#[track_caller]`
@@ -141,7 +238,7 @@ impl Label {
             || key,
             || {
                 let name = format!("{}:{}", location.file(), location.line());
-                intern_global(&name, || Box::leak(name.clone().into_boxed_str()))
+                intern_global(&name, || Cow::Owned(name.clone()))
             },
         )
     }
@@ -150,12 +247,15 @@ impl Label {
     /// the process sees that name (for names from C or Python, which need
     /// not outlive the call).
     pub fn intern(name: &str) -> Label {
-        cached(&BY_NAME, name, || name.into(), || intern_global(name, || Box::leak(name.into())))
+        cached(&BY_NAME, name, || name.into(), || intern_global(name, || Cow::Owned(name.to_owned())))
     }
 
     /// The label's name.
     pub fn as_str(self) -> &'static str {
-        lock(&TABLE).names[self.0.get() as usize - 1]
+        if self.0.get() == OVERFLOW_ID {
+            return OVERFLOW_NAME;
+        }
+        TABLE.name(self)
     }
 
     /// The id published in a worker's slot (never 0: 0 is "no label").
@@ -203,15 +303,16 @@ pub fn with_label<R>(label: Label, f: impl FnOnce() -> R) -> R {
     struct Restore<'a>(&'a std::sync::atomic::AtomicU32, u32);
     impl Drop for Restore<'_> {
         fn drop(&mut self) {
-            self.0.store(self.1, Relaxed);
+            self.0.store(self.1, Release);
         }
     }
     // Only the thread occupying the slot writes it (this one), so a load
-    // and a store need no locked instruction; Relaxed, since a snapshot
-    // reading it is a sample, ordered with nothing else.
+    // and a store need no locked instruction. Release pairs with the
+    // snapshot's Acquire (`shown`), so a snapshot that reads the id sees
+    // the table's slot for it filled; on x86 both are plain moves.
     let slot = &worker.counters().label;
     let _restore = Restore(slot, slot.load(Relaxed));
-    slot.store(label.id(), Relaxed);
+    slot.store(label.id(), Release);
     f()
 }
 
@@ -231,7 +332,7 @@ pub(crate) fn labelled<T>(label: Label, f: impl FnOnce() -> T) -> impl FnOnce() 
 pub(crate) fn shown(c: &crate::stats::WorkerCounters, state: crate::ThreadState) -> Option<&'static str> {
     use crate::ThreadState::{Blocking, Running, Waiting};
     match state {
-        Running | Blocking | Waiting { .. } => Label::from_id(c.label.load(Relaxed)).map(Label::as_str),
+        Running | Blocking | Waiting { .. } => Label::from_id(c.label.load(Acquire)).map(Label::as_str),
         _ => None,
     }
 }
@@ -290,13 +391,62 @@ mod tests {
     #[test]
     fn past_the_bound_every_new_name_gets_the_overflow_label() {
         // A table of its own: the process-wide one must stay usable.
-        let mut table = Table::new();
-        let a = intern_into(&mut table, "a", || "a", 3);
-        let b = intern_into(&mut table, "b", || "b", 3);
-        let c = intern_into(&mut table, "c", || unreachable!("a full table copies nothing"), 3);
-        assert_eq!((a.id(), b.id(), c.id()), (2, 3, 1));
-        assert_eq!(table.names[c.id() as usize - 1], "(too many labels)");
-        assert_eq!(intern_into(&mut table, "a", || "a", 3), a, "known names keep their label");
+        let table = Table::<8>::new(3);
+        let a = table.intern("a", || Cow::Borrowed("a"));
+        let b = table.intern("b", || Cow::Borrowed("b"));
+        let c = table.intern("c", || Cow::Borrowed("c"));
+        let d = table.intern("d", || unreachable!("a full table copies nothing"));
+        assert_eq!(d.id(), OVERFLOW_ID);
+        assert!([a, b, c].iter().all(|l| l.id() != OVERFLOW_ID));
+        assert_eq!((table.name(a), table.name(b), table.name(c)), ("a", "b", "c"));
+        assert_eq!(
+            table.intern("a", || unreachable!("a known name copies nothing")),
+            a,
+            "known names keep their label"
+        );
+    }
+
+    #[test]
+    fn names_that_collide_in_the_table_keep_their_own_labels() {
+        // Two slots for one name: every probe collides, and a full table
+        // (max 1 of 2 slots) still answers for the name it has.
+        let table = Table::<2>::new(1);
+        let x = table.intern("x", || Cow::Owned("x".to_owned()));
+        assert_eq!(table.intern("y", || unreachable!("full")).id(), OVERFLOW_ID);
+        assert_eq!(table.intern("x", || unreachable!("known")), x);
+        assert_eq!(table.name(x), "x");
+    }
+
+    #[test]
+    fn threads_adding_the_same_names_at_once_agree_on_their_labels() {
+        // Each thread adds the same 64 names in its own order; all see one
+        // label per name, and the table holds 64 names (a racing loser gives
+        // its claim and its copy back).
+        let table = Table::<256>::new(128);
+        let names: Vec<String> = (0..64).map(|i| format!("race-{i}")).collect();
+        let seen: Vec<Vec<Label>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|t| {
+                    let (table, names) = (&table, &names);
+                    s.spawn(move || {
+                        let mut got = vec![Label(NonZeroU32::MIN); names.len()];
+                        for k in 0..names.len() {
+                            let i = (k * (2 * t + 1)) % names.len();
+                            got[i] = table.intern(&names[i], || Cow::Owned(names[i].clone()));
+                        }
+                        got
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        for labels in &seen[1..] {
+            assert_eq!(labels, &seen[0]);
+        }
+        for (label, name) in seen[0].iter().zip(&names) {
+            assert_eq!(table.name(*label), name);
+        }
+        assert_eq!(table.claimed.load(Relaxed), names.len());
     }
 
     #[test]
