@@ -101,15 +101,22 @@ type Cq = CompletionQueue<CItem>;
 /// A completion queue bound to a pool (opaque). Free it with `wspool_cq_close`.
 pub struct wspool_cq {
     cq: Arc<Cq>,
+    /// Its pool's list of queues, which it leaves when closed (the pool may be gone by then).
+    listed_in: Arc<PoolQueues>,
     on_signal: Option<(unsafe extern "C" fn(*mut c_void, c_int), SendPtr)>,
     fork_gen: u32,
 }
 
-/// Every live queue by the address of its pool handle, for `wspool_overloaded(pool)`.
-static QUEUES: Mutex<Vec<(usize, Weak<Cq>)>> = Mutex::new(Vec::new());
+/// The queues of one pool, for `wspool_overloaded(pool)`: kept in the pool's handle, not in a
+/// process-wide list, so its lock is never one a forked child could inherit held while it needs it
+/// (a child cannot use the parent's pools, and its own pools have their own lists).
+#[derive(Default)]
+pub(crate) struct PoolQueues(Mutex<Vec<Weak<Cq>>>);
 
-fn queues() -> std::sync::MutexGuard<'static, Vec<(usize, Weak<Cq>)>> {
-    QUEUES.lock().unwrap_or_else(|e| e.into_inner())
+impl PoolQueues {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Cq>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 fn default_cq_opts() -> wspool_cq_opts {
@@ -206,12 +213,9 @@ pub unsafe extern "C" fn wspool_cq_create(
             Ok(cq) => Arc::new(cq),
             Err(e) => return fail(WSPOOL_EINVAL, format!("cannot create the wake-up fd: {e}")),
         };
-        let mut q = queues();
-        q.retain(|(_, w)| w.strong_count() > 0);
-        q.push((pool as usize, Arc::downgrade(&cq)));
-        drop(q);
+        p.queues.lock().push(Arc::downgrade(&cq));
         let on_signal = o.on_signal.map(|f| (f, SendPtr(o.signal_ctx)));
-        let h = wspool_cq { cq, on_signal, fork_gen: support::fork_gen() };
+        let h = wspool_cq { cq, listed_in: p.queues.clone(), on_signal, fork_gen: support::fork_gen() };
         // SAFETY: checked non-null above.
         unsafe { *out = Box::into_raw(Box::new(h)) };
         Ok(WSPOOL_OK)
@@ -431,12 +435,14 @@ pub unsafe extern "C" fn wspool_cq_overloaded(cq: *const wspool_cq) -> c_int {
 /// 1 while `wspool_cq_overloaded` is 1 for any completion queue of `pool`, else 0 (0 for NULL).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_overloaded(pool: *const wspool) -> c_int {
-    if pool.is_null() {
+    // SAFETY: NULL or a live pool (the contract).
+    let Some(p) = (unsafe { pool.as_ref() }) else {
+        return 0;
+    };
+    if crate::check_fork(p.fork_gen).is_err() {
         return 0;
     }
-    let key = pool as usize;
-    let q = queues();
-    q.iter().any(|(k, w)| *k == key && w.upgrade().is_some_and(|cq| cq.overloaded())) as c_int
+    p.queues.lock().iter().any(|w| w.upgrade().is_some_and(|cq| cq.overloaded())) as c_int
 }
 
 /// Closes the queue: no new submissions; with `WSPOOL_CQ_CLOSE_DRAIN` the accepted ones run, with
@@ -457,7 +463,7 @@ pub unsafe extern "C" fn wspool_cq_close(cq: *mut wspool_cq, mode: c_int, timeou
         if c.cq.close(mode, t, deliver(c)).is_err() {
             return timed_out();
         }
-        queues().retain(|(_, w)| !ptr::eq(w.as_ptr(), Arc::as_ptr(&c.cq)));
+        c.listed_in.lock().retain(|w| !ptr::eq(w.as_ptr(), Arc::as_ptr(&c.cq)));
         // SAFETY: a live queue from wspool_cq_create, freed exactly once here.
         drop(unsafe { Box::from_raw(cq) });
         Ok(WSPOOL_OK)

@@ -18,6 +18,8 @@ pub const WSPOOL_SHUTDOWN_CANCEL: c_int = 1;
 pub struct wspool {
     pub(crate) pool: Pool,
     pub(crate) fork_gen: u32,
+    /// Its completion queues, for `wspool_overloaded`.
+    pub(crate) queues: std::sync::Arc<crate::cq::PoolQueues>,
 }
 
 impl Handle for wspool {
@@ -44,7 +46,7 @@ pub unsafe extern "C" fn wspool_create(cfg: *const wspool_config, out: *mut *mut
             };
             fail(code, e.to_string())
         })?;
-        let w = wspool { pool, fork_gen: support::fork_gen() };
+        let w = wspool { pool, fork_gen: support::fork_gen(), queues: Default::default() };
         // SAFETY: checked non-null by out_ptr.
         unsafe { *out = Box::into_raw(Box::new(w)) };
         Ok(WSPOOL_OK)
