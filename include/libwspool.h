@@ -118,7 +118,10 @@
 /**
  * An untimed wait that could never succeed, refused instead of hanging: a task waiting
  * on its own handle, a group's task waiting on that group, a serial queue's task waiting on a
- * task queued behind it on the same queue. The awaited work is untouched.
+ * task queued behind it on the same queue. The awaited work is untouched. Also
+ * `wspool_shutdown` called from one of the pool's own tasks: it cannot wait for itself (its own
+ * task is accepted work still running), so it returns this at once instead of `WSPOOL_OK`; the
+ * shutdown goes on in the background.
  */
 #define WSPOOL_EDEADLK -12
 
@@ -783,6 +786,13 @@ int wspool_create(const struct wspool_config *cfg, struct wspool **out);
  * function, racing submissions included) has run, or has been cancelled with its `on_cancel`
  * called and returned, and every waiter has returned or will return without further help. A
  * submission that loses the race gets `WSPOOL_ESHUTDOWN` and the caller keeps its `arg`.
+ *
+ * Called from one of the pool's own threads (inside a task, an `on_cancel` or a thread hook run
+ * there) it cannot wait for itself: the task calling it is accepted work that has not finished,
+ * and the other threads' work may wait for it. It begins the shutdown (as above: nothing new is
+ * accepted, the queued work is run or cancelled by the other threads, which then exit on their
+ * own) and returns `WSPOOL_EDEADLK` at once, whatever `mode` and `timeout_ms`; never `WSPOOL_OK`.
+ * To free the pool from a task, call `wspool_destroy` there.
  */
 int wspool_shutdown(struct wspool *pool, int mode, int64_t timeout_ms);
 
@@ -791,6 +801,14 @@ int wspool_shutdown(struct wspool *pool, int mode, int64_t timeout_ms);
  * Groups, serial queues and task handles stay valid (their submissions fail with
  * `WSPOOL_ESHUTDOWN`) until released. In a forked child, an inherited pool is freed without
  * touching the parent's threads (its internals are leaked on purpose).
+ *
+ * It may be called from one of the pool's own tasks: the pool stops accepting work and frees the
+ * handle at once, without joining (a thread cannot join itself); its threads run the queued work
+ * and exit on their own. Which calls may overlap it: only the calls that had already published a
+ * task when it began — a `wspool_submit`, `wspool_submit_ex`, `wspool_submit_batch`,
+ * `wspool_join` or `wspool_shutdown` still returning on another thread (or under the destroying
+ * task, on the same one) — which read nothing of the pool after publishing. Every other call that
+ * names the pool must return before `wspool_destroy` begins, and none may begin after it.
  */
 void wspool_destroy(struct wspool *pool);
 

@@ -829,6 +829,9 @@ public:
     }
 
     /// Refuses new tasks, then drains or cancels; false on timeout (the shutdown carries on).
+    /// From one of the pool's own tasks it cannot wait for itself: it begins the shutdown and
+    /// throws wspool::error with status() WSPOOL_EDEADLK (true would claim every accepted task
+    /// ran, and the caller's own task has not finished); the threads finish and exit on their own.
     bool shutdown(shutdown_mode m = shutdown_mode::drain,
                   std::chrono::milliseconds timeout = std::chrono::milliseconds(-1)) {
         int st = wspool_shutdown(p_, static_cast<int>(m), timeout.count() < 0 ? -1 : timeout.count());

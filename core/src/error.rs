@@ -243,3 +243,42 @@ impl fmt::Display for ShutdownTimedOut {
 }
 
 impl std::error::Error for ShutdownTimedOut {}
+
+/// Why [`Pool::shutdown`](crate::Pool::shutdown) returned before the pool
+/// was closed. Either way the shutdown carries on in the background: no new
+/// work is accepted, and what was accepted is run (Drain) or dropped unrun
+/// (Cancel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// The timeout passed first; a later shutdown or the drop of the last
+    /// handle completes it.
+    TimedOut,
+    /// Called on one of the pool's own threads (inside a task): the call's
+    /// own task is accepted work still running, so the pool cannot be closed
+    /// before the call returns, and waiting for the other threads could wait
+    /// for work that waits for this task. Nothing was waited for; the
+    /// threads finish the queued work and exit on their own. Not `Ok`,
+    /// because `Ok` means every accepted task has run or been cancelled.
+    OnPoolThread,
+}
+
+impl From<ShutdownTimedOut> for ShutdownError {
+    fn from(_: ShutdownTimedOut) -> Self {
+        ShutdownError::TimedOut
+    }
+}
+
+impl fmt::Display for ShutdownError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShutdownError::TimedOut => fmt::Display::fmt(&ShutdownTimedOut, f),
+            ShutdownError::OnPoolThread => f.write_str(
+                "shutdown called from one of the pool's own tasks cannot wait for itself; \
+                 the pool finishes its work and stops in the background",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ShutdownError {}

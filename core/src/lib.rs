@@ -72,7 +72,9 @@ pub use dump::{
     DEFAULT_STALL_AFTER, MonitorAction, MonitorDecision, MonitorReason, PoolDump, QueueDump, ThreadDump, ThreadState,
     WaitTarget,
 };
-pub use error::{BatchError, ConfigError, ConfigErrorKind, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError};
+pub use error::{
+    BatchError, ConfigError, ConfigErrorKind, ShutdownError, ShutdownTimedOut, SpawnError, SubmitErrorKind, TaskError,
+};
 pub use group::{Group, GroupFuture, GroupPlace, LocalGroup};
 pub use growth::{blocking, blocking_begin, blocking_end};
 pub use isolation::isolate;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Builder;
-use crate::error::{BatchError, ConfigError, ShutdownTimedOut, SpawnError, SubmitErrorKind};
+use crate::error::{BatchError, ConfigError, ShutdownError, SpawnError, SubmitErrorKind};
 use crate::group::Group;
 use crate::growth::Monitor;
 use crate::job::{HeapJob, JobRef};
@@ -430,19 +430,42 @@ impl Pool {
     /// queued work is run (`Drain`) or dropped unrun (`Cancel`), and the
     /// threads are joined, waiting at most `timeout` (`None`: forever) for
     /// them and for submissions racing the shutdown from other threads to
-    /// land. On `ShutdownTimedOut` the shutdown carries on; calling it again,
-    /// or dropping the last handle (which waits without limit), finishes it.
-    /// Idempotent; `Cancel` after a timed-out `Drain` upgrades it. Called on
-    /// one of the pool's own threads it does not wait for itself: it returns
-    /// once the others are told to stop.
-    pub fn shutdown(&self, mode: Shutdown, timeout: Option<Duration>) -> Result<(), ShutdownTimedOut> {
+    /// land. `Ok` is a closing point: every task the pool accepted has run
+    /// (`Drain`) or been dropped unrun (`Cancel`). On
+    /// [`ShutdownError::TimedOut`] the shutdown carries on; calling it
+    /// again, or dropping the last handle (which waits without limit),
+    /// finishes it. Idempotent; `Cancel` after a timed-out `Drain` upgrades
+    /// it. Called on one of the pool's own threads it cannot wait for itself
+    /// (its own task is still running): it tells the others to stop and
+    /// returns [`ShutdownError::OnPoolThread`] at once, whatever the timeout.
+    pub fn shutdown(&self, mode: Shutdown, timeout: Option<Duration>) -> Result<(), ShutdownError> {
         let registry = self.registry();
         registry.begin_shutdown(mode == Shutdown::Cancel);
         if registry.current_worker().is_some() {
-            return Ok(());
+            return Err(ShutdownError::OnPoolThread);
         }
         let deadline = timeout.map(|t| Instant::now() + t);
-        if registry.wait_for_exit(deadline) { Ok(()) } else { Err(ShutdownTimedOut) }
+        if registry.wait_for_exit(deadline) { Ok(()) } else { Err(ShutdownError::TimedOut) }
+    }
+
+    /// Drops this handle without waiting: when it is the last one, the pool
+    /// shuts down (drains) as on a plain drop, but this thread does not wait
+    /// for the pool's threads, which finish the queued work and exit on
+    /// their own. For a caller that holds a handle only for the length of a
+    /// call (the C API's entry points, which must not read the caller's
+    /// handle after publishing a task: that task may destroy it), and so
+    /// must not turn that call into a join.
+    #[doc(hidden)]
+    pub fn drop_without_join(self) {
+        if let Some(inner) = Arc::into_inner(self.inner) {
+            let inner = std::mem::ManuallyDrop::new(inner);
+            if inner.registry.pid == std::process::id() {
+                inner.registry.begin_shutdown(false);
+            }
+            // SAFETY: `inner` is never dropped (ManuallyDrop), so its
+            // registry is read out exactly once, here.
+            drop(unsafe { std::ptr::read(&inner.registry) });
+        }
     }
 
     /// True once `shutdown` began (or the pool is being dropped).

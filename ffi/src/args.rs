@@ -46,6 +46,39 @@ pub(crate) fn pool_of<'a>(p: *const wspool) -> Res<&'a wspool> {
     Ok(p)
 }
 
+/// A pool's handle held by an entry point for the length of the call, taken
+/// before it publishes any task: a published task may run at once and
+/// `wspool_destroy` its own pool (allowed), freeing the caller's `wspool`
+/// while this call is still returning, so nothing after the publication
+/// may read `*pool`. This clone keeps the pool's shared state alive, and
+/// its drop never joins: if the task's destroy left it the last handle,
+/// the pool's threads finish and exit on their own, as they would have.
+pub(crate) struct Held {
+    pool: std::mem::ManuallyDrop<wspool_core::Pool>,
+    /// The fork generation of the handle, copied for the same reason.
+    pub(crate) fork_gen: u32,
+}
+
+impl std::ops::Deref for Held {
+    type Target = wspool_core::Pool;
+    fn deref(&self) -> &wspool_core::Pool {
+        &self.pool
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `pool` is not used after.
+        unsafe { std::mem::ManuallyDrop::take(&mut self.pool) }.drop_without_join();
+    }
+}
+
+/// `pool_of`, then a [`Held`] clone of its pool for a call that publishes tasks.
+pub(crate) fn held_pool(p: *const wspool) -> Res<Held> {
+    let w = pool_of(p)?;
+    Ok(Held { pool: std::mem::ManuallyDrop::new(w.pool.clone()), fork_gen: w.fork_gen })
+}
+
 pub(crate) fn func(f: wspool_fn, what: &'static str) -> Res<support::CFn> {
     match f {
         Some(f) => Ok(f),

@@ -63,7 +63,10 @@ pub const WSPOOL_EINTERNAL: c_int = -10;
 pub const WSPOOL_EEXPIRED: c_int = -11;
 /// An untimed wait that could never succeed, refused instead of hanging: a task waiting
 /// on its own handle, a group's task waiting on that group, a serial queue's task waiting on a
-/// task queued behind it on the same queue. The awaited work is untouched.
+/// task queued behind it on the same queue. The awaited work is untouched. Also
+/// `wspool_shutdown` called from one of the pool's own tasks: it cannot wait for itself (its own
+/// task is accepted work still running), so it returns this at once instead of `WSPOOL_OK`; the
+/// shutdown goes on in the background.
 pub const WSPOOL_EDEADLK: c_int = -12;
 
 // ------------------------------------------------- version and errors -----

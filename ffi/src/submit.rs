@@ -1,17 +1,16 @@
 //! Submission: `wspool_submit`, `wspool_submit_ex` with its options (group,
 //! serial queue, `on_cancel`, a task handle) and `wspool_join`.
 
-use std::ffi::{CStr, c_char, c_int};
 use std::ffi::c_void;
+use std::ffi::{CStr, c_char, c_int};
 use std::mem::{offset_of, size_of};
 use std::ptr;
 
 use wspool_core::SpawnOptions;
 
+use crate::args::held_pool;
 use crate::support::{self, CTask, Res, SendPtr, einval, fail, guard, tsan};
-use crate::{
-    WSPOOL_ESHUTDOWN, WSPOOL_OK, func, group_of, pool_of, serial_of, wspool, wspool_group, wspool_serial, wspool_task,
-};
+use crate::{WSPOOL_ESHUTDOWN, WSPOOL_OK, func, group_of, serial_of, wspool, wspool_group, wspool_serial, wspool_task};
 
 /// A C task or callback (`on_cancel` too): called with the `arg` given at submission. It must
 /// return normally: no C++ exception, `longjmp` or thread cancellation may leave it (see the
@@ -119,9 +118,9 @@ const _: () = assert!(offset_of!(wspool_submit_opts, label) + size_of::<usize>()
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_submit(pool: *mut wspool, r#fn: wspool_fn, arg: *mut c_void) -> c_int {
     guard("wspool_submit", || {
-        let p = pool_of(pool)?;
+        let p = held_pool(pool)?;
         let f = func(r#fn, "fn")?;
-        p.pool.spawn(CTask::new(f, arg, None).into_closure()).map_err(support::refused)?;
+        p.spawn(CTask::new(f, arg, None).into_closure()).map_err(support::refused)?;
         Ok(WSPOOL_OK)
     })
 }
@@ -227,15 +226,15 @@ pub unsafe extern "C" fn wspool_submit_ex(
             // SAFETY: non-null out-pointer.
             unsafe { *out_task = ptr::null_mut() };
         }
-        let p = pool_of(pool)?;
+        let p = held_pool(pool)?;
         let f = func(r#fn, "fn")?;
         let o = read_opts(opts)?;
         let so = spawn_options(&o)?;
         let task = CTask::new(f, arg, o.on_cancel).into_closure();
         if out_task.is_null() {
-            p.pool.spawn_with(so, task).map_err(support::refused)?;
+            p.spawn_with(so, task).map_err(support::refused)?;
         } else {
-            let h = p.pool.submit_with(so, task).map_err(support::refused)?;
+            let h = p.submit_with(so, task).map_err(support::refused)?;
             let t = wspool_task { handle: h, fork_gen: p.fork_gen };
             // SAFETY: non-null out-pointer.
             unsafe { *out_task = Box::into_raw(Box::new(t)) };
@@ -284,7 +283,7 @@ pub unsafe extern "C" fn wspool_submit_batch(
         }
         // SAFETY: non-null out-pointer.
         unsafe { *accepted = 0 };
-        let p = pool_of(pool)?;
+        let p = held_pool(pool)?;
         if n == 0 {
             return Ok(WSPOOL_OK);
         }
@@ -303,7 +302,7 @@ pub unsafe extern "C" fn wspool_submit_batch(
             .iter()
             .map(|it| CTask::new(it.r#fn.expect("checked above"), it.arg, o.on_cancel).into_closure())
             .collect();
-        match p.pool.spawn_batch_with(so, tasks) {
+        match p.spawn_batch_with(so, tasks) {
             Ok(()) => {
                 // SAFETY: as above.
                 unsafe { *accepted = n };
@@ -337,15 +336,15 @@ pub unsafe extern "C" fn wspool_join(
     arg_b: *mut c_void,
 ) -> c_int {
     guard("wspool_join", || {
-        let p = pool_of(pool)?;
+        let p = held_pool(pool)?;
         let fa = func(a, "a")?;
         let fb = func(b, "b")?;
-        if p.pool.is_shutdown() {
+        if p.is_shutdown() {
             return fail(WSPOOL_ESHUTDOWN, "the pool is shut down");
         }
         let (xa, xb) = (SendPtr(arg_a), SendPtr(arg_b));
         tsan::release_submit();
-        p.pool.join(
+        p.join(
             move || {
                 let xa = xa;
                 tsan::acquire_submit();

@@ -8,6 +8,7 @@
 
 #include "harness.hpp"
 
+#include <future>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -656,6 +657,29 @@ TEST(pool_destroyed_while_tasks_run_and_handles_wait) {
     for (auto& t : waiters) t.join();
     CHECK_EQ(ran.load(), 40);
     CHECK_EQ(got.load(), 40);
+}
+
+// Issue 38.4b: shutdown() from one of the pool's own tasks returned true (OK) with 1 of 20
+// accepted tasks run. It cannot wait for itself: it throws WSPOOL_EDEADLK, and the queued tasks
+// still run (a shutdown from outside then closes the pool).
+TEST(shutdown_from_its_own_task_throws_edeadlk) {
+    wspool::pool p(fixed(1));
+    std::promise<void> queued;
+    std::atomic<int> ran{0};
+    auto shutter = p.submit([&, all = queued.get_future().share()]() -> int {
+        all.wait();
+        try {
+            p.shutdown();
+            return WSPOOL_OK;
+        } catch (const wspool::error& e) {
+            return e.status();
+        }
+    });
+    for (int i = 0; i < 19; ++i) p.post([&] { ran++; });
+    queued.set_value();
+    CHECK_EQ(shutter.get(), WSPOOL_EDEADLK);
+    CHECK(p.shutdown());
+    CHECK_EQ(ran.load(), 19);
 }
 
 TEST(executor_without_asio) {

@@ -409,6 +409,14 @@ impl Core {
         if !wait || self.owner.shared.is_worker_here() {
             // A task cannot wait for its own pool to drain: it would wait for itself.
             let _ = py.detach(|| pool.shutdown(mode, Some(Duration::ZERO)));
+            if wait {
+                // The shutdown has begun; returning would claim the pool closed with this call
+                // (and maybe queued ones) not run yet. ThreadPoolExecutor raises here too.
+                return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                    "cannot join current thread: shutdown(wait=True) was called from one of the pool's own tasks, \
+                     which cannot wait for itself; the pool finishes the queued calls and stops in the background",
+                ));
+            }
             return Ok(());
         }
         wait_released(py, None, None, |slice| pool.shutdown(mode, slice).is_ok(), WaitOn::Foreign, None).map(|_| ())

@@ -178,8 +178,9 @@ mod tests {
         submitter.join().unwrap();
         shutter.join().unwrap();
         match first {
-            Some(Err(crate::ShutdownTimedOut)) => {}
+            Some(Err(crate::ShutdownError::TimedOut)) => {}
             Some(Ok(())) => panic!("shutdown(Cancel, 50 ms) returned Ok with a submission in flight"),
+            Some(Err(e)) => panic!("shutdown(Cancel, 50 ms) from outside the pool: {e}"),
             None => {
                 panic!("watchdog: shutdown(Cancel, 50 ms) had not returned after 30 s (it waited for the submitter)")
             }
