@@ -176,6 +176,16 @@
 #define WSPOOL_CONFIG_MIN_SIZE 72
 
 /**
+ * The largest `struct_size` accepted for any versioned struct (`wspool_config`,
+ * `wspool_submit_opts`, `wspool_stats`, `wspool_cq_opts`), and the largest `size` their
+ * `_init_sized` functions take; a larger one is `WSPOOL_EINVAL`, naming the `_init` function. Every struct
+ * is far smaller and grows by a few fields per release; a size past this is
+ * not a layout but stack garbage (a struct never given to its `_init`
+ * function), and reading the fields it claims would follow garbage pointers.
+ */
+#define WSPOOL_STRUCT_SIZE_MAX 4096
+
+/**
  * The smallest non-zero `stack_size` accepted (64 KiB): less leaves a task
  * too little room once the thread's own frames are on it.
  */
@@ -762,7 +772,8 @@ void wspool_config_init(struct wspool_config *cfg);
 
 /**
  * Fills the first `size` bytes of `*cfg` with the defaults and sets `cfg->struct_size = size`.
- * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_CONFIG_MIN_SIZE`.
+ * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_CONFIG_MIN_SIZE` or above
+ * `WSPOOL_STRUCT_SIZE_MAX`.
  */
 int wspool_config_init_sized(struct wspool_config *cfg, size_t size);
 
@@ -827,7 +838,8 @@ void wspool_submit_opts_init(struct wspool_submit_opts *opts);
 
 /**
  * Fills the first `size` bytes of `*opts` with the defaults and sets `opts->struct_size = size`.
- * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_SUBMIT_OPTS_MIN_SIZE`.
+ * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_SUBMIT_OPTS_MIN_SIZE` or above
+ * `WSPOOL_STRUCT_SIZE_MAX`.
  */
 int wspool_submit_opts_init_sized(struct wspool_submit_opts *opts, size_t size);
 
@@ -1034,7 +1046,8 @@ void wspool_stats_init(struct wspool_stats *st);
 
 /**
  * Zeroes the first `size` bytes of `*st` and sets `st->struct_size = size`.
- * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_STATS_MIN_SIZE`.
+ * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_STATS_MIN_SIZE` or above
+ * `WSPOOL_STRUCT_SIZE_MAX`.
  */
 int wspool_stats_init_sized(struct wspool_stats *st, size_t size);
 
@@ -1084,7 +1097,8 @@ void wspool_cq_opts_init(struct wspool_cq_opts *opts);
 
 /**
  * Fills the first `size` bytes of `*opts` with the defaults and sets `opts->struct_size = size`.
- * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_CQ_OPTS_MIN_SIZE`.
+ * Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_CQ_OPTS_MIN_SIZE` or above
+ * `WSPOOL_STRUCT_SIZE_MAX`.
  */
 int wspool_cq_opts_init_sized(struct wspool_cq_opts *opts, size_t size);
 

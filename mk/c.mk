@@ -42,8 +42,10 @@ C_TEST_BIN := tests/c/bin
 # lifecycle rules and races of issue 9, test_batch wspool_submit_batch (issue 15),
 # test_groups groups placed in caller storage (issue 15), test_request
 # per-request control: deadlines and lanes (issue 29), test_diagnosis
-# EDEADLK self-waits, wspool_dump and the stall callback (issue 26).
-C_TESTS := test_wspool test_lifecycle test_shutdown test_batch test_groups test_request test_diagnosis
+# EDEADLK self-waits, wspool_dump and the stall callback (issue 26), test_misuse
+# the misuse paths of issue 38 (a task destroying its own pool, shutdown from a
+# task, uninitialised structs, fork while snapshots are taken).
+C_TESTS := test_wspool test_lifecycle test_shutdown test_batch test_groups test_request test_diagnosis test_misuse
 C_SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 C_SAN_TSAN := -fsanitize=thread
 

@@ -102,6 +102,14 @@ const CONFIG_LAYOUTS: [usize; 4] = [
 // The last layout ends at the struct's end, bar its trailing padding.
 const _: () = assert!(size_of::<wspool_config>() - CONFIG_LAYOUTS[3] < align_of::<wspool_config>());
 
+/// The largest `struct_size` accepted for any versioned struct (`wspool_config`,
+/// `wspool_submit_opts`, `wspool_stats`, `wspool_cq_opts`), and the largest `size` their
+/// `_init_sized` functions take; a larger one is `WSPOOL_EINVAL`, naming the `_init` function. Every struct
+/// is far smaller and grows by a few fields per release; a size past this is
+/// not a layout but stack garbage (a struct never given to its `_init`
+/// function), and reading the fields it claims would follow garbage pointers.
+pub const WSPOOL_STRUCT_SIZE_MAX: usize = 4096;
+
 /// The smallest non-zero `stack_size` accepted (64 KiB): less leaves a task
 /// too little room once the thread's own frames are on it.
 pub const WSPOOL_STACK_SIZE_MIN: usize = 64 * 1024;
@@ -136,12 +144,17 @@ pub unsafe extern "C" fn wspool_config_init(cfg: *mut wspool_config) {
 }
 
 /// Fills the first `size` bytes of `*cfg` with the defaults and sets `cfg->struct_size = size`.
-/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_CONFIG_MIN_SIZE`.
+/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_CONFIG_MIN_SIZE` or above
+/// `WSPOOL_STRUCT_SIZE_MAX`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_config_init_sized(cfg: *mut wspool_config, size: usize) -> c_int {
     guard("wspool_config_init", || {
         if cfg.is_null() {
             return einval("cfg is NULL");
+        }
+        if size > crate::WSPOOL_STRUCT_SIZE_MAX {
+            return crate::support::check_struct_size(size, WSPOOL_CONFIG_MIN_SIZE, &"size", "wspool_config_init")
+                .map(|()| 0);
         }
         if size < WSPOOL_CONFIG_MIN_SIZE {
             return einval(format!("size {size} is below the smallest layout ({WSPOOL_CONFIG_MIN_SIZE} bytes)"));

@@ -90,12 +90,17 @@ pub unsafe extern "C" fn wspool_stats_init(st: *mut wspool_stats) {
 }
 
 /// Zeroes the first `size` bytes of `*st` and sets `st->struct_size = size`.
-/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_STATS_MIN_SIZE`.
+/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_STATS_MIN_SIZE` or above
+/// `WSPOOL_STRUCT_SIZE_MAX`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_stats_init_sized(st: *mut wspool_stats, size: usize) -> c_int {
     guard("wspool_stats_init", || {
         if st.is_null() {
             return einval("st is NULL");
+        }
+        if size > crate::WSPOOL_STRUCT_SIZE_MAX {
+            return crate::support::check_struct_size(size, WSPOOL_STATS_MIN_SIZE, &"size", "wspool_stats_init")
+                .map(|()| 0);
         }
         if size < WSPOOL_STATS_MIN_SIZE {
             return einval(format!("size {size} is below the smallest layout ({WSPOOL_STATS_MIN_SIZE} bytes)"));

@@ -186,12 +186,22 @@ pub unsafe extern "C" fn wspool_submit_opts_init(opts: *mut wspool_submit_opts) 
 }
 
 /// Fills the first `size` bytes of `*opts` with the defaults and sets `opts->struct_size = size`.
-/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_SUBMIT_OPTS_MIN_SIZE`.
+/// Returns `WSPOOL_EINVAL` for NULL or a `size` below `WSPOOL_SUBMIT_OPTS_MIN_SIZE` or above
+/// `WSPOOL_STRUCT_SIZE_MAX`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_submit_opts_init_sized(opts: *mut wspool_submit_opts, size: usize) -> c_int {
     guard("wspool_submit_opts_init", || {
         if opts.is_null() {
             return einval("opts is NULL");
+        }
+        if size > crate::WSPOOL_STRUCT_SIZE_MAX {
+            return crate::support::check_struct_size(
+                size,
+                WSPOOL_SUBMIT_OPTS_MIN_SIZE,
+                &"size",
+                "wspool_submit_opts_init",
+            )
+            .map(|()| 0);
         }
         if size < WSPOOL_SUBMIT_OPTS_MIN_SIZE {
             return einval(format!("size {size} is below the smallest layout ({WSPOOL_SUBMIT_OPTS_MIN_SIZE} bytes)"));

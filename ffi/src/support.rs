@@ -10,7 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-use crate::{WSPOOL_EINTERNAL, WSPOOL_EINVAL, WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN};
+use crate::{WSPOOL_EINTERNAL, WSPOOL_EINVAL, WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN, WSPOOL_STRUCT_SIZE_MAX};
 
 /// A failed call: its status code and the message `wspool_last_error` returns.
 pub(crate) struct Fail {
@@ -300,21 +300,41 @@ pub(crate) mod tsan {
 // ------------------------------------------------------ versioned structs --
 
 /// Reads the `struct_size` a caller put in the first field of a versioned
-/// struct and checks it against the first published layout. `init` names
-/// the function that fills it, for the message.
+/// struct and checks it against the first published layout and
+/// [`WSPOOL_STRUCT_SIZE_MAX`]. `init` names the function that fills it, for
+/// the message.
 ///
 /// # Safety
 /// `p` is non-null and points to at least a `usize`.
 pub(crate) unsafe fn struct_size_of(p: *const c_void, min: usize, what: &str, init: &str) -> Res<usize> {
     // SAFETY: per the contract.
     let size = unsafe { p.cast::<usize>().read() };
+    check_struct_size(size, min, &format_args!("{what}.struct_size"), init)?;
+    Ok(size)
+}
+
+/// The checks on a size given for a versioned struct, by `struct_size` or
+/// to an `_init_sized` function (`what` names it in the message).
+pub(crate) fn check_struct_size(size: usize, min: usize, what: &dyn std::fmt::Display, init: &str) -> Res<()> {
     if size == 0 {
-        return einval(format!("{what}.struct_size is 0 (call {init} first)"));
+        return einval(format!("{what} is 0 (call {init} first)"));
+    }
+    if size > WSPOOL_STRUCT_SIZE_MAX {
+        return bad_size(format!(
+            "{what} {size} is larger than any layout (WSPOOL_STRUCT_SIZE_MAX is {WSPOOL_STRUCT_SIZE_MAX}): \
+             the struct was not initialised; call {init} first"
+        ));
     }
     if size < min {
-        return einval(format!("{what}.struct_size {size} is below the smallest layout ({min} bytes)"));
+        return einval(format!("{what} {size} is below the smallest layout ({min} bytes)"));
     }
-    Ok(size)
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn bad_size<T>(msg: String) -> Res<T> {
+    einval(msg)
 }
 
 /// Copies the first `n` bytes of `*src` over `*dst` (the caller's struct may
