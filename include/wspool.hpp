@@ -28,6 +28,18 @@
 #ifndef WSPOOL_HPP
 #define WSPOOL_HPP
 
+// Below C++17 the rest of this header would fail in dozens of places; say why
+// in one line instead, and compile nothing else. MSVC keeps __cplusplus at
+// 199711L unless /Zc:__cplusplus is given: _MSVC_LANG has the standard there.
+#if defined(_MSVC_LANG)
+#define WSPOOL_HPP_STD _MSVC_LANG
+#else
+#define WSPOOL_HPP_STD __cplusplus
+#endif
+#if WSPOOL_HPP_STD < 201703L
+#error "wspool.hpp needs C++17 or later (-std=c++17, /std:c++17); from C or older C++, include libwspool.h instead"
+#else
+
 #ifdef LIBWSPOOL_H
 #error "wspool.hpp declares the C API itself, in namespace wspool::capi: include wspool.hpp instead of libwspool.h (a global type named wspool would clash with namespace wspool)"
 #endif
@@ -1553,4 +1565,5 @@ private:
 
 }  // namespace wspool
 
+#endif  // WSPOOL_HPP_STD >= 201703L
 #endif  // WSPOOL_HPP

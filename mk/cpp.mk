@@ -40,7 +40,7 @@ EXAMPLE_TARGETS += cpp-examples
 TEST_TARGETS += test-cpp
 BENCH_TARGETS += bench-cpp
 
-.PHONY: cpp-deps cpp-bins cpp-examples test-cpp test-cpp-plain test-cpp-asan test-cpp-tsan test-cpp-http \
+.PHONY: cpp-deps cpp-bins cpp-examples test-cpp test-cpp-std test-cpp-plain test-cpp-asan test-cpp-tsan test-cpp-http \
         test-cpp-install bench-cpp
 
 # Installs Debian's Boost headers when missing (as root), else says how.
@@ -82,8 +82,23 @@ CPP_ALL_BINS := $(foreach t,$(CPP_TESTS),$(CPP_BIN)/$(t) $(CPP_BIN)/$(t)_asan $(
 cpp-bins: c-lib cpp-deps
 	$(MAKE) --no-print-directory -j$$(nproc) $(CPP_ALL_BINS)
 
-test-cpp: cpp-bins test-cpp-plain test-cpp-asan test-cpp-tsan test-cpp-http test-cpp-install
+test-cpp: cpp-bins test-cpp-std test-cpp-plain test-cpp-asan test-cpp-tsan test-cpp-http test-cpp-install
 	@echo "test-cpp: all C++ suites passed"
+
+# Below C++17 the header must fail with one error, its own: the line that says it needs C++17.
+CPP_STD_MSG := wspool.hpp needs C++17 or later
+test-cpp-std:
+	@mkdir -p $(CPP_BIN)
+	@for std in c++14 c++11; do \
+	  if $(CPP_CXX) -std=$$std $(CPP_WARN) -Iinclude -fsyntax-only tests/cpp/include_before_cxx17.cpp \
+	      > $(CPP_BIN)/include_$$std.log 2>&1; then \
+	    echo "test-cpp-std: wspool.hpp compiled under -std=$$std: it must refuse with one clear error"; exit 1; fi; \
+	  errors=$$(grep -c 'error:' $(CPP_BIN)/include_$$std.log); \
+	  if [ "$$errors" != 1 ] || ! grep -q 'error: #error "$(CPP_STD_MSG)' $(CPP_BIN)/include_$$std.log; then \
+	    cat $(CPP_BIN)/include_$$std.log; \
+	    echo "test-cpp-std: -std=$$std gave $$errors errors; expected exactly one, \"$(CPP_STD_MSG) ...\""; exit 1; fi; \
+	  echo "test-cpp-std: -std=$$std fails with one error: $$(grep -o '#error.*' $(CPP_BIN)/include_$$std.log | head -n 1)"; \
+	done
 
 test-cpp-plain: c-lib $(CPP_BIN)/test_wspool $(CPP_BIN)/test_request $(CPP_BIN)/test_asio $(CPP_BIN)/test_alloc \
                 $(CPP_EXAMPLE_BIN)/hello
