@@ -78,6 +78,12 @@ fn a_held_labelled_task_shows_its_label_and_an_unlabelled_one_none() {
             g.wait();
         })
         .unwrap();
+        // The waiter is submitted only once both held tasks run on threads of
+        // their own: a wait may run the task it waits for itself (documented),
+        // and had the waiter started first, the held task would have run
+        // inside it, on its thread, showing the inner label (about 1 run in
+        // 1,500 at load 5). Forcing the order leaves one schedule.
+        let (labelled, plain) = (recorded(&labelled), recorded(&plain));
         let w = waiter.clone();
         let waiting = SpawnOptions { label: Some(Label::new("await_parse")), ..SpawnOptions::default() };
         pool.spawn_with(waiting, move || {
@@ -85,7 +91,8 @@ fn a_held_labelled_task_shows_its_label_and_an_unlabelled_one_none() {
             held.wait().unwrap();
         })
         .unwrap();
-        let (labelled, plain, waiter) = (recorded(&labelled), recorded(&plain), recorded(&waiter));
+        let waiter = recorded(&waiter);
+        assert!(waiter != labelled && waiter != plain, "three threads, one task each");
         until_labelled(&pool, labelled, Some("parse_request"), "the held labelled task");
         let d = until_labelled(&pool, waiter, Some("await_parse"), "the labelled waiter");
         assert!(matches!(thread(&d, waiter), Some((ThreadState::Waiting { .. }, _))), "{d}");
