@@ -68,20 +68,36 @@ test-announce:
 ## Every test: Rust unit/integration tests, the loom models, Miri, then each layer's suite.
 # Miri interprets on one thread for about ten minutes, so it runs beside the
 # other suites (which must pass on a loaded machine anyway) rather than
-# before them; its output goes to target/test-miri.log and is printed at the
-# end. A failing suite stops the run and Miri with it.
+# before them, in a session of its own (setsid: one process group to stop);
+# its output goes to target/test-miri.log and is printed at the end. Each
+# other suite runs in turn with its output also in target/test-logs/SUITE.log.
+# The first failing suite stops the run (a failed Miri too, seen between
+# suites): `make test` names it and its log, and stops Miri's whole process
+# group, on any exit of this recipe (the trap: a failure, an interrupt, or
+# success, when Miri has already ended), so nothing is left running. The
+# recipe shell runs with -e: a failure is caught by `if`, never by reading
+# $$? after the command (-e would have exited first, as it once did).
 TEST_SERIAL := test-rust test-rust-debug test-loom $(TEST_TARGETS)
+TEST_LOGS := target/test-logs
 test: test-announce
-	@mkdir -p target; rm -f target/test-miri.rc; \
+	@mkdir -p $(TEST_LOGS); rm -f target/test-miri.rc; \
 	setsid sh -c '$(MAKE) --no-print-directory test-miri > target/test-miri.log 2>&1; echo $$? > target/test-miri.rc' & miri=$$!; \
+	trap 'kill -TERM -- -'$$miri' 2>/dev/null || true' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	echo "make test: test-miri runs beside the other suites (log: target/test-miri.log)"; \
-	$(MAKE) --no-print-directory $(TEST_SERIAL); rc=$$?; \
-	if [ $$rc -ne 0 ]; then kill -- -$$miri 2>/dev/null; \
-	  echo "make test: a suite failed (exit $$rc); test-miri stopped"; exit $$rc; fi; \
-	echo "make test: waiting for test-miri"; wait $$miri; \
+	for suite in $(TEST_SERIAL); do \
+	  echo "make test: $$suite (log: $(TEST_LOGS)/$$suite.log)"; \
+	  if ! $(MAKE) --no-print-directory $$suite 2>&1 | tee $(TEST_LOGS)/$$suite.log; then \
+	    echo "make test: FAILED: suite $$suite; its log: $(TEST_LOGS)/$$suite.log"; \
+	    echo "make test: the suites after it did not run; test-miri was stopped"; exit 1; fi; \
+	  if [ -s target/test-miri.rc ] && [ "$$(cat target/test-miri.rc)" != 0 ]; then \
+	    tail -n 80 target/test-miri.log; \
+	    echo "make test: FAILED: suite test-miri; its log: target/test-miri.log"; \
+	    echo "make test: the suites after $$suite did not run"; exit 1; fi; \
+	done; \
+	echo "make test: waiting for test-miri"; wait $$miri || true; \
 	tail -n 8 target/test-miri.log; \
 	if [ "$$(cat target/test-miri.rc 2>/dev/null)" != 0 ]; then tail -n 80 target/test-miri.log; \
-	  echo "make test: test-miri failed (target/test-miri.log)"; exit 1; fi; \
+	  echo "make test: FAILED: suite test-miri; its log: target/test-miri.log"; exit 1; fi; \
 	echo "make test: all suites passed"
 
 test-rust:
