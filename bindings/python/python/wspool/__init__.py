@@ -11,12 +11,13 @@ drops in for it (``loop.set_default_executor`` accepts it)::
         squares = list(pool.map(lambda x: x * x, range(10_000)))
 
 ``max_workers=N`` bounds the calls executing at once, as in
-``ThreadPoolExecutor``, except that a call waiting on the pool's work
+``ThreadPoolExecutor``, except that a call waiting on the pool's own work
 (``Future.result()``, ``Group.wait()``, a ``map`` iterator,
-``concurrent.futures.wait``/``as_completed``) or inside
-``with wspool.blocking():`` does not count: it is lent a thread (up to
-``max_threads``), so nested waits never deadlock. ``growth="fixed"`` makes
-N a hard limit on threads instead.
+``concurrent.futures.wait``/``as_completed``) lends its place to that work,
+which goes ahead of queued outer calls, and a call inside
+``with wspool.blocking():`` does not count: nested waits never deadlock, at
+any fan-out, and the threads needed grow with nesting depth only.
+``growth="fixed"`` makes N a hard limit on threads instead.
 What it adds: a much faster ``map``, ``pool.stats()``, ``pool.group()``,
 ``pool.serial()``, ``pool.lane(n)`` (at most n calls of it at once),
 ``pool.options(deadline=, timeout=, priority=)`` (a call not started by its
@@ -103,10 +104,13 @@ class DeadlineExceeded(CancelledError):
 class Future(_BaseFuture[_T]):
     """A ``concurrent.futures.Future`` that knows its wspool task.
 
-    ``result()`` and ``exception()`` wait on the task itself with the GIL
-    released: off the pool a short spin, then a park; on a pool thread a
-    ``wspool.blocking()`` region in which no other call runs on this thread
-    (a waiting call never sees another call's thread-locals or context).
+    ``result()`` and ``exception()`` wait on the call itself with the GIL
+    released: off the pool a short spin, then a park. On a thread of the
+    same pool the waiting call lends its place to the call it waits for,
+    which goes ahead of calls queued from outside, and runs no other call
+    meanwhile, but for one case: at ``max_threads`` it runs the call it
+    waits for itself, under a thread state of its own. A wait on another
+    executor's future keeps the call's place.
     ``cancel()`` also drops the task from the pool's queue.
     """
 
@@ -387,14 +391,19 @@ class Pool(_StockThreadPoolExecutor):
     each worker thread before its first task (if it raises, the pool is
     broken: submit raises ``BrokenThreadPool``).
 
-    Nested waits never deadlock: a call blocked in ``Future.result()``,
-    ``Group.wait()``, a ``map`` iterator or
-    ``concurrent.futures.wait``/``as_completed`` (on this pool's work), or
-    inside ``with wspool.blocking():``, does not count as executing and is
-    lent a thread for the wait; when the wait ends it takes its place back
-    (before calls not yet started) and the lent thread retires once its own
-    call returns. So at most ``max_workers`` calls execute outside such
-    waits at any instant, and there are at most ``max_threads`` threads.
+    Nested waits never deadlock, at any fan-out: a call blocked in
+    ``Future.result()``, ``Group.wait()``, a ``map`` iterator or
+    ``concurrent.futures.wait``/``as_completed`` on this pool's work lends
+    its place to that work, which goes ahead of calls queued from outside;
+    a thread is lent only when every thread is waiting, so threads grow
+    with nesting depth, not fan-out; at ``max_threads`` a waiting call runs
+    the call it waits for on its own thread. A call inside
+    ``with wspool.blocking():`` gives its place to any call and is lent a
+    thread at once. When a wait or region ends the call takes its place back
+    at once, even over ``max_workers`` (until it next waits or returns; no
+    call starts meanwhile), so a lock held across ``result()`` cannot
+    deadlock. A wait on anything else keeps the place: ``Pool(1)`` is
+    serial. The exact bound is in docs/python.md.
 
     wspool's own keywords mirror the C configuration:
 
