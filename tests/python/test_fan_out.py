@@ -221,6 +221,31 @@ def test_pool_1_is_serial_when_a_call_waits_on_another_executor() -> None:
     assert out["peak"] == 1, out
 
 
+def test_calls_from_outside_start_in_submission_order_as_on_thread_pool_executor() -> None:
+    # On ThreadPoolExecutor(2) calls 0 and 1 take both threads and meet at
+    # the barrier before any later call starts. The pool must do the same,
+    # though its core takes queued work in batches (a batch held by the
+    # thread at the barrier would otherwise wait while later calls start).
+    out = run("""
+firsts = []
+for _ in range(5):
+    pool = wspool.Pool(2)
+    barrier = threading.Barrier(2)
+    started = []
+    def task(i):
+        started.append(i)
+        if i < 2:
+            barrier.wait()
+        return pool.submit(lambda: i).result()
+    fs = [pool.submit(task, i) for i in range(40)]
+    assert sum(f.result() for f in fs) == sum(range(40))
+    firsts.append(sorted(started[:2]))
+    pool.shutdown()
+print(json.dumps({"firsts": firsts}))
+""")
+    assert out["firsts"] == [[0, 1]] * 5, out
+
+
 # -- interpreter exit ------------------------------------------------------------
 
 EXIT_PROGRAM = """
