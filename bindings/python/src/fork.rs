@@ -241,6 +241,7 @@ pub(crate) fn _after_fork_child() {
     STOPPERS.store(0, Ordering::SeqCst);
     ATTACHERS.store(0, Ordering::SeqCst);
     REAPERS.store(0, Ordering::SeqCst);
+    crate::pool::forget_owners_after_fork();
     LIVE_TSTATES.store(0, Ordering::SeqCst);
     WORKER_OF.set(0);
 }

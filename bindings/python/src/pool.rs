@@ -165,10 +165,38 @@ impl Drop for Owner {
 
 /// Every pool made in this process, for interpreter exit (`fork::_atexit`):
 /// a pool kept alive by a group or a serial queue alone is drained too.
-static OWNERS: std::sync::Mutex<Vec<std::sync::Weak<Owner>>> = std::sync::Mutex::new(Vec::new());
+/// Behind a pointer so that a forked child starts with a fresh list (a
+/// process-wide lock another thread held at the fork stays held in the
+/// child; the old list is leaked there, once per fork).
+static OWNERS: std::sync::atomic::AtomicPtr<std::sync::Mutex<Vec<std::sync::Weak<Owner>>>> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+fn owners() -> &'static std::sync::Mutex<Vec<std::sync::Weak<Owner>>> {
+    let p = OWNERS.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: set once per process generation from a leaked Box, never freed.
+        return unsafe { &*p };
+    }
+    let fresh = Box::into_raw(Box::new(std::sync::Mutex::new(Vec::new())));
+    match OWNERS.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: just leaked, never freed.
+        Ok(_) => unsafe { &*fresh },
+        Err(current) => {
+            // SAFETY: ours lost the race and was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as above.
+            unsafe { &*current }
+        }
+    }
+}
+
+/// In a forked child: a fresh list of pools (see `OWNERS`).
+pub(crate) fn forget_owners_after_fork() {
+    OWNERS.store(std::ptr::null_mut(), Ordering::Release);
+}
 
 fn register_owner(owner: &Arc<Owner>) {
-    let mut owners = crate::lock(&OWNERS);
+    let mut owners = crate::lock(owners());
     owners.retain(|w| w.strong_count() > 0);
     owners.push(Arc::downgrade(owner));
 }
@@ -177,7 +205,7 @@ fn register_owner(owner: &Arc<Owner>) {
 /// work and drains (GIL released, as `ThreadPoolExecutor`'s exit hook
 /// joins its workers).
 pub(crate) fn drain_all_pools(py: Python<'_>) {
-    let owners: Vec<Arc<Owner>> = crate::lock(&OWNERS).iter().filter_map(std::sync::Weak::upgrade).collect();
+    let owners: Vec<Arc<Owner>> = crate::lock(owners()).iter().filter_map(std::sync::Weak::upgrade).collect();
     for owner in &owners {
         if owner.shared.gen_ != current_gen() {
             continue;
