@@ -172,11 +172,17 @@ loom-mutant:
 # schedules, is the exhaustive check.)
 # Every run is under -Zmiri-strict-provenance: a pointer kept as an integer
 # and cast back (which Miri can only accept on trust) fails the run.
+# Then a real pool (core/tests/miri_pool.rs: worker threads, sleep and
+# wake, priorities, lanes, deadlines, cancel, completion queues, dump, a
+# draining shutdown) with every seed of MIRI_POOL_SEEDS; what Miri cannot
+# run (the thread CPU clock, gettid, sched_getcpu, nice, the stack pointer's
+# asm!) takes the path of a platform without it under cfg(miri).
 MIRI_MODULES := deque:: injector:: cq:: group:: deadline:: job:: waker_slot:: task::future::
 # The tests whose threads race (names containing these), run with every seed
 # of MIRI_SEEDS; the rest of MIRI_MODULES run once (seed 0).
 MIRI_RACING := race concurrent whatever_order
 MIRI_SEEDS ?= 0..4
+MIRI_POOL_SEEDS ?= 0..3
 test-miri:
 	@if ! $(CARGO) +nightly miri --version >/dev/null 2>&1; then \
 	  echo "test-miri: installing the nightly components miri and rust-src (rustup)"; \
@@ -188,6 +194,9 @@ test-miri:
 	  -- $(MIRI_MODULES) || exit 1; \
 	MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-many-seeds=$(MIRI_SEEDS)" $(CARGO) +nightly miri test -p wspool --lib \
 	  --target-dir target/miri -- $(MIRI_RACING) || exit 1; \
+	MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-many-seeds=$(MIRI_POOL_SEEDS)" $(CARGO) +nightly miri test -p wspool \
+	  --test miri_pool --target-dir target/miri || exit 1; \
+	echo "test-miri: a real pool passed under Miri with seeds $(MIRI_POOL_SEEDS)"; \
 	if RUSTFLAGS="--cfg wspool_mutant_push_release_store" MIRIFLAGS="-Zmiri-many-seeds=0..16" \
 	  $(CARGO) +nightly miri test -p wspool --lib --target-dir target/miri-mutant \
 	  -- deque::tests::push_push_pop_races_two_thieves > target/miri-mutant.log 2>&1; then \

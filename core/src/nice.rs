@@ -6,7 +6,9 @@
 //! the workers a few steps nicer the scheduler lets the loop preempt them.
 //! On Linux the nice value is a per-thread attribute (`setpriority` on a
 //! thread id) and raising it needs no privilege. Elsewhere it applies to a
-//! whole process, so the setting does nothing there.
+//! whole process, so the setting does nothing there; nor under Miri, which
+//! has neither `getpriority` nor `setpriority` (and no scheduler to obey
+//! them).
 
 /// The nice value the pool's threads take: the building thread's plus
 /// `steps`, at most 19. `None` with 0 steps, or where nice is not per
@@ -19,7 +21,7 @@ pub(crate) fn target(steps: u32) -> Option<i32> {
 }
 
 /// The calling thread's nice value.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) fn this_thread() -> Option<i32> {
     // getpriority returns -1 both as a value and as an error: tell them
     // apart by errno.
@@ -31,7 +33,7 @@ pub(crate) fn this_thread() -> Option<i32> {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", not(miri))))]
 pub(crate) fn this_thread() -> Option<i32> {
     None
 }
@@ -39,7 +41,7 @@ pub(crate) fn this_thread() -> Option<i32> {
 /// Sets the calling thread's nice value (`spawn_at`'s helper, before it
 /// starts the pool thread that inherits the value). Best effort: the value is at least the
 /// thread's own, which needs no privilege.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) fn set_this_thread(nice: Option<i32>) {
     if let Some(nice) = nice {
         // SAFETY: a plain system call on the calling thread's own id.
@@ -49,7 +51,7 @@ pub(crate) fn set_this_thread(nice: Option<i32>) {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", not(miri))))]
 pub(crate) fn set_this_thread(_nice: Option<i32>) {}
 
 /// Starts `builder`'s thread already at nice value `nice` (when one is

@@ -274,36 +274,47 @@ fn help_reserve(stack_size: usize) -> usize {
 /// `-Zsanitizer=address`).
 #[inline(always)]
 fn approximate_stack_pointer() -> usize {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         let sp: usize;
         // SAFETY: reads a register; no memory, stack or flags are touched.
         unsafe { std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
         sp
     }
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     {
         let sp: usize;
         // SAFETY: as above.
         unsafe { std::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
         sp
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(any(not(any(target_arch = "x86_64", target_arch = "aarch64")), miri))]
     {
         address_of_a_local()
     }
 }
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+/// Miri cannot run `asm!`; its locals are separate allocations at
+/// unrelated addresses anyway (see `nested_floor`).
+#[cfg(any(not(any(target_arch = "x86_64", target_arch = "aarch64")), miri))]
 #[inline(never)]
 fn address_of_a_local() -> usize {
     let marker = 0u8;
-    std::hint::black_box(&marker) as *const u8 as usize
+    std::hint::black_box(&marker as *const u8).addr()
 }
 
 /// The lowest stack address at which a wait on the calling thread may still
 /// run a job nested: the lowest safe address plus the reserve.
+///
+/// Under Miri: 0, so only `MAX_HELP_DEPTH` bounds the nesting. Miri keeps
+/// the interpreted program's frames in its own memory, not on a thread
+/// stack it could overflow, and gives every local a separate allocation,
+/// so a stack address there measures nothing (nor can it ask pthread for
+/// the bounds).
 pub(crate) fn nested_floor(configured: Option<usize>) -> usize {
+    if cfg!(miri) {
+        return 0;
+    }
     stack_low_bound(configured) + help_reserve(configured.unwrap_or(ASSUMED_STACK))
 }
 

@@ -30,7 +30,7 @@ mod sample;
 mod sim;
 
 /// Only `priority.rs`'s Linux nice values need a thread id outside `growth`.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) use sample::current_tid;
 
 pub(crate) use compensation::Compensation;

@@ -308,7 +308,11 @@ impl Sampler {
 }
 
 /// Whether this platform can give the monitor its hint at all.
-const HINT_PLATFORM: bool = cfg!(any(target_os = "linux", target_os = "android"));
+/// Not under Miri, which has no per-thread CPU clock, no `gettid` and no
+/// `/proc`: there the pool runs as on a platform without the hint (the
+/// monitor judges by progress alone), which is a configuration it
+/// supports anyway.
+const HINT_PLATFORM: bool = cfg!(all(any(target_os = "linux", target_os = "android"), not(miri)));
 
 /// Whether the hint works here and now: per-thread CPU clocks, and a
 /// readable `/proc/self/task/<tid>/stat`.
@@ -318,7 +322,7 @@ pub(crate) fn hint_available() -> bool {
 
 /// The calling thread's CPU clock, as a handle for `read_cpu_clock`; 0
 /// where there is none.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
 pub(crate) fn current_cpu_clock() -> u64 {
     let mut clock: libc::clockid_t = 0;
     // SAFETY: pthread_self is the calling thread, and `clock` is a valid
@@ -329,14 +333,14 @@ pub(crate) fn current_cpu_clock() -> u64 {
     if rc == 0 { u64::from(clock as u32) } else { 0 }
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri))))]
 pub(crate) fn current_cpu_clock() -> u64 {
     0
 }
 
 /// CPU time, in ns, of the thread whose clock `clock` is. None when the
 /// thread is gone.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
 pub(crate) fn read_cpu_clock(clock: u64) -> Option<u64> {
     if clock == 0 {
         return None;
@@ -348,14 +352,14 @@ pub(crate) fn read_cpu_clock(clock: u64) -> Option<u64> {
     (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri))))]
 pub(crate) fn read_cpu_clock(_clock: u64) -> Option<u64> {
     None
 }
 
 /// The calling thread's kernel id, 0 where there is none.
 pub(crate) fn current_tid() -> u64 {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
     {
         // The raw system call, not glibc's `gettid`: with LTO the standard
         // library's weak declaration of `gettid` becomes ours too, and a
@@ -363,7 +367,7 @@ pub(crate) fn current_tid() -> u64 {
         // SAFETY: SYS_gettid takes no arguments and cannot fail.
         (unsafe { libc::syscall(libc::SYS_gettid) }) as u64
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri))))]
     {
         0
     }
@@ -371,7 +375,7 @@ pub(crate) fn current_tid() -> u64 {
 
 /// Is thread `tid` of this process asleep in the kernel (any state but
 /// running or runnable)? None when its stat cannot be read.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
 fn asleep(tid: u64) -> Option<bool> {
     use std::io::Read;
     if tid == 0 {
@@ -386,7 +390,7 @@ fn asleep(tid: u64) -> Option<bool> {
     Some(*state != b'R')
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(not(all(any(target_os = "linux", target_os = "android"), not(miri))))]
 fn asleep(_tid: u64) -> Option<bool> {
     None
 }
