@@ -158,7 +158,9 @@ loom-mutant:
 # workers' deques, the global queue with its batch reservation (push_run),
 # the completion queue's nodes, the group state and the job payloads
 # (inline closures and boxed pointers), the awaited task's waker hand-off
-# and its future (waker_slot::, task::future::), once; the racing tests
+# and its future (waker_slot::, task::future::), the task cell's
+# hand-overs (task::), serial queues' turns (serial::) and the priority
+# levels (priority::), once; the racing tests
 # among them again with several seeds (each seed is another schedule of the
 # same threads). The tests are
 # Miri-sized under cfg(miri); tests Miri cannot judge are ignored there
@@ -177,7 +179,7 @@ loom-mutant:
 # draining shutdown) with every seed of MIRI_POOL_SEEDS; what Miri cannot
 # run (the thread CPU clock, gettid, sched_getcpu, nice, the stack pointer's
 # asm!) takes the path of a platform without it under cfg(miri).
-MIRI_MODULES := deque:: injector:: cq:: group:: deadline:: job:: waker_slot:: task::future::
+MIRI_MODULES := deque:: injector:: cq:: group:: deadline:: job:: waker_slot:: task:: serial:: priority::
 # The tests whose threads race (names containing these), run with every seed
 # of MIRI_SEEDS; the rest of MIRI_MODULES run once (seed 0).
 MIRI_RACING := race concurrent whatever_order

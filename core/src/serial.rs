@@ -284,3 +284,6 @@ impl std::fmt::Debug for SerialQueue {
         f.debug_struct("SerialQueue").field("pending", &self.pending()).finish()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -457,3 +457,6 @@ impl<T> std::fmt::Debug for TaskHandle<T> {
         f.debug_struct("TaskHandle").field("state", &self.cell.state()).finish()
     }
 }
+
+#[cfg(test)]
+mod tests;
