@@ -38,7 +38,10 @@ def run(code: str) -> dict[str, Any]:
     except subprocess.TimeoutExpired as e:  # pragma: no cover - the failure itself
         pytest.fail(f"the program hung:\n{e.stdout!r}\n{e.stderr!r}")
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
-    return dict(json.loads(p.stdout.strip().splitlines()[-1]))
+    out = dict(json.loads(p.stdout.strip().splitlines()[-1]))
+    # The figures (peak threads...) for `pytest -s` to show.
+    print({k: v for k, v in out.items() if k in ("peak", "max_workers", "cap", "firsts")})
+    return out
 
 
 # The bound the issue asks for: threads grow with nesting depth, not fan-out.
