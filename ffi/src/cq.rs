@@ -321,6 +321,9 @@ fn cq_submit(
             crate::submit::spawn_options(&o)?
         }
     };
+    // Copied before publishing: nothing of the caller's handle is read after the work is queued
+    // (the rule every entry point keeps; see wspool_destroy).
+    let fork_gen = c.fork_gen;
     tsan::release_submit();
     let item = CItem { work, done, arg: SendPtr(arg) };
     let work = |it: &mut CItem| {
@@ -332,7 +335,7 @@ fn cq_submit(
     let submitted = match out_task {
         None => c.cq.submit_with(so, item, work),
         Some(out) => c.cq.submit_cancellable(so, item, work).map(|handle| {
-            let t = crate::wspool_task { handle, fork_gen: c.fork_gen };
+            let t = crate::wspool_task { handle, fork_gen };
             // SAFETY: non-null out-pointer (checked by the caller).
             unsafe { *out = Box::into_raw(Box::new(t)) };
         }),
