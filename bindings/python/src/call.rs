@@ -473,6 +473,14 @@ impl Drop for Job {
         if let Some(call) = self.0.claim() {
             call.cancel_unrun();
             self.0.finish();
+        } else if self.0.fifo.load(Ordering::Relaxed)
+            && let Some(places) = self.0.shared.places()
+            && let Some((slot, call)) = places.claim_newest_outer()
+        {
+            // Outer calls and their unrun tasks stay as many: this task's
+            // call was started by another task, so it ends another call.
+            call.cancel_unrun();
+            slot.finish();
         }
     }
 }
