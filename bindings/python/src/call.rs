@@ -475,10 +475,11 @@ impl Drop for Job {
             self.0.finish();
         } else if self.0.fifo.load(Ordering::Relaxed)
             && let Some(places) = self.0.shared.places()
-            && let Some((slot, call)) = places.claim_newest_outer()
+            && let Some((slot, call)) = places.claim_oldest_outer()
         {
             // Outer calls and their unrun tasks stay as many: this task's
-            // call was started by another task, so it ends another call.
+            // call was started by another task, so it ends the oldest one
+            // not started (what `reject="discard_oldest"` means to drop).
             call.cancel_unrun();
             slot.finish();
         }

@@ -299,20 +299,6 @@ impl Places {
         None
     }
 
-    /// The newest outer call not started, claimed: a pool task dropped
-    /// unrun (a shutdown that cancels) takes one call with it, its own if
-    /// that is still pending, else this one (its own was started by another
-    /// task, whose own call is this one's, in effect).
-    pub(crate) fn claim_newest_outer(&self) -> Option<(Arc<Slot>, crate::call::Call)> {
-        let mut st = lock(&self.state);
-        while let Some(slot) = st.outer.pop_back() {
-            if let Some(call) = slot.claim() {
-                return Some((slot, call));
-            }
-        }
-        None
-    }
-
     pub(crate) fn outer_pending(&self) -> bool {
         !lock(&self.state).outer.is_empty()
     }
