@@ -55,6 +55,8 @@ mod sleep;
 mod stats;
 mod sync;
 mod task;
+#[cfg(all(test, not(loom)))]
+mod test_support;
 mod wait;
 mod wait_region;
 mod waker_slot;

@@ -307,12 +307,10 @@ struct LowMarker {
 
 // Statics, not consts: `reach_if_low_marker` recognises a marker by its
 // vtable's address, and only a static has one address.
-static MARKER_EVICTABLE: JobVTable =
-    JobVTable { run: LowMarker::reached, cancel: LowMarker::cancel, evictable: true };
+static MARKER_EVICTABLE: JobVTable = JobVTable { run: LowMarker::reached, cancel: LowMarker::cancel, evictable: true };
 static MARKER_PINNED: JobVTable = JobVTable { run: LowMarker::reached, cancel: LowMarker::cancel, evictable: false };
 
 impl LowMarker {
-
     /// "Running" the marker: its place was reached. The job moves to the
     /// ready-low FIFO; nothing ran, so no completion is counted.
     unsafe fn reached(payload: *mut Payload) -> bool {

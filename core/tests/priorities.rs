@@ -342,7 +342,8 @@ fn pool_order(ops: &[Op]) -> Vec<usize> {
 fn op() -> impl proptest::strategy::Strategy<Value = Op> {
     use proptest::prelude::*;
     let priority = prop_oneof![Just(Priority::Low), Just(Priority::Normal), Just(Priority::High)];
-    let ending = prop_oneof![8 => Just(Ending::Runs), 1 => Just(Ending::CancelledBeforeStart), 1 => Just(Ending::Expired)];
+    let ending =
+        prop_oneof![8 => Just(Ending::Runs), 1 => Just(Ending::CancelledBeforeStart), 1 => Just(Ending::Expired)];
     (priority, ending).prop_map(|(priority, ending)| Op { priority, ending })
 }
 

@@ -104,32 +104,14 @@ mod tests {
     //! On a registry with no thread (tasks bound and run by hand), so
     //! these run under Miri too (`make test-miri`, `group::`).
 
-    use std::future::{Future, IntoFuture};
+    use std::future::IntoFuture;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::task::{Context, Poll, Wake, Waker};
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::task::{Poll, Waker};
 
     use super::super::Group;
     use crate::TaskError;
-    use crate::registry::Registry;
-
-    fn threadless() -> Arc<Registry> {
-        let config = crate::Pool::builder().min_threads(1).growth(crate::Growth::Fixed).validate().unwrap();
-        Arc::new(Registry::new(config))
-    }
-
-    #[derive(Default)]
-    struct CountingWaker(AtomicUsize);
-
-    impl Wake for CountingWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, SeqCst);
-        }
-    }
-
-    fn poll<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
-        std::pin::Pin::new(f).poll(&mut Context::from_waker(waker))
-    }
+    use crate::test_support::{CountingWaker, poll, threadless};
 
     #[test]
     fn the_last_task_wakes_the_group_future_once() {

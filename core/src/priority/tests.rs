@@ -131,7 +131,12 @@ fn check_promises(kinds: &[Kind], started: &[usize], reached_at: &[usize]) -> Re
         // And the burst is bounded: no more than HIGH_BURST high starts in
         // a row while this normal job waited.
         let queued_before_run = started[..t].iter().rev().take_while(|&&j| kinds[j] == Kind::High).count();
-        prop_assert!(queued_before_run <= burst, "{} high jobs ran in a row before normal job {}", queued_before_run, i);
+        prop_assert!(
+            queued_before_run <= burst,
+            "{} high jobs ran in a row before normal job {}",
+            queued_before_run,
+            i
+        );
     }
     Ok(())
 }

@@ -189,7 +189,9 @@ impl Registry {
             return self.queued.load(SeqCst);
         }
         let n = self.high_water.load(Acquire);
-        self.injector.len() + self.prio.len() + self.slots[..n].iter().map(|s| s.stealer.len() + s.inbox.len()).sum::<usize>()
+        self.injector.len()
+            + self.prio.len()
+            + self.slots[..n].iter().map(|s| s.stealer.len() + s.inbox.len()).sum::<usize>()
     }
 
     pub(crate) fn stats(&self) -> Stats {

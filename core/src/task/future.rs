@@ -154,31 +154,14 @@ mod tests {
     use std::future::{Future, IntoFuture};
     use std::pin::pin;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::task::{Context, Poll, Wake, Waker};
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::task::{Context, Poll, Waker};
     use std::time::{Duration, Instant};
 
     use crate::TaskError;
-    use crate::registry::Registry;
     use crate::task::TaskHandle;
 
-    fn threadless() -> Arc<Registry> {
-        let config = crate::Pool::builder().min_threads(1).growth(crate::Growth::Fixed).validate().unwrap();
-        Arc::new(Registry::new(config))
-    }
-
-    #[derive(Default)]
-    struct CountingWaker(AtomicUsize);
-
-    impl Wake for CountingWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, SeqCst);
-        }
-    }
-
-    fn poll<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
-        std::pin::Pin::new(f).poll(&mut Context::from_waker(waker))
-    }
+    use crate::test_support::{CountingWaker, poll, threadless};
 
     #[test]
     fn a_task_run_after_the_first_poll_wakes_it_once_with_its_value() {
