@@ -13,7 +13,7 @@ TEST_TARGETS += test-docs
 .PHONY: test-docs test-help test-links
 
 # cpp-deps: the C++ blocks of docs/cpp.md include Boost.Asio.
-test-docs: test-help test-links c-build python-install cpp-deps
+test-docs: test-help test-links c-build python-install python-test-deps cpp-deps
 	$(PYTHON) tools/check_snippets.py --self-test --python $(PY)
 	$(PYTHON) tools/check_snippets.py --python $(PY)
 
