@@ -11,7 +11,7 @@
 #   make demo-python     a short tour: submit, map, nested waits, blocking(), stats;
 #                        runs from target/python-dev (cargo build + the package's
 #                        sources), so a first `make demo` installs no tools
-#   make bench-python    P1-P4 (P4: asyncio round trips) against ThreadPoolExecutor,
+#   make bench-python    P1-P5 (P4: asyncio round trips, P5: idle CPU after a burst) against ThreadPoolExecutor,
 #                        then bench/python/nested_waits.py (issue 25's cases beside TPE)
 #   make wheel           target/wheels/: the abi3 wheel tagged manylinux2014 (glibc 2.17),
 #                        built with maturin --zig (pinned ziglang from PyPI), checked

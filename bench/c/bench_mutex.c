@@ -1,7 +1,7 @@
 /* A classic thread pool: one queue (a growable ring) behind one mutex, a
  * condition variable to wake workers, 2 worker threads. The baseline of
  * seed 001. It cannot run W2/W4 (a task waiting for its children would hold
- * a worker and deadlock the pool), so it reports W1, W3 and W5. */
+ * a worker and deadlock the pool), so it reports W1, W3, W5, W7 and W4 with detached children. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <semaphore.h>
@@ -98,6 +98,28 @@ static void mp_destroy(mpool *p) {
 
 static void post(void *arg) { sem_post((sem_t *)arg); }
 
+/* W4 detached: a root submits its children to the pool it runs on (no
+ * root waits, so the pool cannot deadlock); the flood count posts `done`. */
+static mpool *w4d_pool;
+static void root_detached(void *unused) {
+    (void)unused;
+    for (int j = 0; j < W4_CHILDREN; j++) mp_submit(w4d_pool, tiny, NULL);
+}
+
+static double run_w4d(void *p) {
+    w4d_pool = p;
+    flood_arm((long)W4_ROOTS * W4_CHILDREN);
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < W4_ROOTS; i++) mp_submit(p, root_detached, NULL);
+    sem_wait(&done);
+    return W4_ROOTS * (W4_CHILDREN + 1.0) / ((now_ns() - t0) / 1e9) / 1e6;
+}
+
+/* W7: one producer's submissions. */
+static void w7_produce(void *p) {
+    for (int i = 0; i < W7_TASKS_EACH; i++) mp_submit(p, tiny, NULL);
+}
+
 int main(void) {
     mpool p;
     mp_init(&p);
@@ -132,6 +154,15 @@ int main(void) {
     }
     report_latency(lat, W3_ROUNDS);
     free(lat);
+
+    printf("W4d_mtps %.2f\n", warm_median(run_w4d, &p));
+
+    w7_producers w7;
+    flood_arm((long)W7_PRODUCERS * W7_TASKS_EACH);
+    uint64_t w7_t0 = w7_start(&w7, w7_produce, &p);
+    sem_wait(&done);
+    report_w7(w7_t0, now_ns());
+    w7_join(&w7);
     mp_destroy(&p);
     return 0;
 }

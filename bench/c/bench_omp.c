@@ -4,6 +4,8 @@
  * taskwait (the idiomatic round trip, usually no hand-off at all), and W3h,
  * a hand-off: the submitter spins on a flag until the other thread (idle at
  * the region's barrier, where libgomp spins before sleeping) ran the task. */
+/* pthread barriers (W7's producers in common.h) */
+#define _GNU_SOURCE
 #include <omp.h>
 #include <stdatomic.h>
 
@@ -67,6 +69,37 @@ static double run_w4(void *unused) {
     return W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6;
 }
 
+/* W4 detached: no root waits for its children; the task group waits for
+ * every descendant. */
+static double run_w4d(void *unused) {
+    (void)unused;
+    uint64_t t0 = 0, t1 = 0;
+    atomic_store(&counter, 0);
+#pragma omp parallel
+#pragma omp single
+    {
+        t0 = now_ns();
+#pragma omp taskgroup
+        {
+            for (int i = 0; i < W4_ROOTS; i++) {
+#pragma omp task
+                {
+                    for (int j = 0; j < W4_CHILDREN; j++) {
+#pragma omp task
+                        atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
+                    }
+                }
+            }
+        }
+        t1 = now_ns();
+    }
+    if (atomic_load(&counter) != (long)W4_ROOTS * W4_CHILDREN) {
+        fprintf(stderr, "W4d count wrong\n");
+        exit(1);
+    }
+    return W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6;
+}
+
 int main(void) {
     omp_set_num_threads(2);
     uint64_t t0 = 0, t1 = 0;
@@ -120,5 +153,6 @@ int main(void) {
     free(lat);
 
     printf("W4_mtps %.2f\n", warm_median(run_w4, NULL));
+    printf("W4d_mtps %.2f\n", warm_median(run_w4d, NULL));
     return 0;
 }

@@ -1,4 +1,4 @@
-// The W1-W5 workloads with oneTBB: BENCH_THREADS worker threads (default 2;
+// The W1-W5 and W7 workloads with oneTBB: BENCH_THREADS worker threads (default 2;
 // global_control lifts TBB's default of cores-1 workers) in a task_arena of that concurrency with no
 // slot reserved for the main thread, so W1/W3 submit from a foreign thread
 // as with the other pools; W3 waits with a futex-backed std::atomic wait so
@@ -98,5 +98,51 @@ int main() {
         return W4_ROOTS * (W4_CHILDREN + 1.0) / ((b - a) / 1e9) / 1e6;
     };
     printf("W4_mtps %.2f\n", warm_median(call<decltype(w4)>, &w4));
+
+    // W4 detached: roots enqueued from the main thread, each enqueueing its
+    // children into the arena it runs in; nobody waits but for the count.
+    auto w4d = [&] {
+        counter = 0;
+        done = 0;
+        uint64_t a = now_ns();
+        for (int i = 0; i < W4_ROOTS; i++)
+            arena.enqueue([&done] {
+                for (int j = 0; j < W4_CHILDREN; j++)
+                    tbb::this_task_arena::enqueue([&done] {
+                        if (counter.fetch_add(1, std::memory_order_relaxed) + 1 == (long)W4_ROOTS * W4_CHILDREN) {
+                            done.store(1);
+                            done.notify_one();
+                        }
+                    });
+            });
+        done.wait(0);
+        return W4_ROOTS * (W4_CHILDREN + 1.0) / ((now_ns() - a) / 1e9) / 1e6;
+    };
+    printf("W4d_mtps %.2f\n", warm_median(call<decltype(w4d)>, &w4d));
+
+    // W7: W7_PRODUCERS foreign threads enqueue into the arena at once.
+    struct W7 {
+        tbb::task_arena *arena;
+        std::atomic<int> *done;
+    } w7ctx{&arena, &done};
+    counter = 0;
+    done = 0;
+    w7_producers w7;
+    uint64_t w7_t0 = w7_start(
+        &w7,
+        [](void *p) {
+            auto *c = static_cast<W7 *>(p);
+            for (int i = 0; i < W7_TASKS_EACH; i++)
+                c->arena->enqueue([d = c->done] {
+                    if (counter.fetch_add(1, std::memory_order_relaxed) + 1 == (long)W7_PRODUCERS * W7_TASKS_EACH) {
+                        d->store(1);
+                        d->notify_one();
+                    }
+                });
+        },
+        &w7ctx);
+    done.wait(0);
+    report_w7(w7_t0, now_ns());
+    w7_join(&w7);
     return 0;
 }

@@ -14,6 +14,13 @@ static wspool *pool;
 
 static void nop(void *arg) { (void)arg; }
 
+/* W7: one producer's submissions (`pool` is read once, into a register:
+ * see flood_task.h). */
+static void w7_produce(void *p) {
+    wspool *pl = p;
+    for (int i = 0; i < W7_TASKS_EACH; i++) wspool_submit(pl, tiny, NULL);
+}
+
 static double run_fib(void *fn_ptr) {
     wspool_fn fn = *(wspool_fn *)fn_ptr;
     fib_t f = {W2_FIB, 0};
@@ -47,6 +54,22 @@ static double run_w4(void *unused) {
         exit(1);
     }
     return W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6;
+}
+
+/* W4 detached: a root submits its children and returns; the flood count
+ * posts `done` once every child ran. */
+static void root_detached(void *unused) {
+    (void)unused;
+    for (int j = 0; j < W4_CHILDREN; j++) wspool_submit(pool, tiny, NULL);
+}
+
+static double run_w4d(void *unused) {
+    (void)unused;
+    flood_arm((long)W4_ROOTS * W4_CHILDREN);
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < W4_ROOTS; i++) wspool_submit(pool, root_detached, NULL);
+    sem_wait(&done);
+    return W4_ROOTS * (W4_CHILDREN + 1.0) / ((now_ns() - t0) / 1e9) / 1e6;
 }
 
 int main(void) {
@@ -129,6 +152,15 @@ int main(void) {
     free(lat);
 
     printf("W4_mtps %.2f\n", warm_median(run_w4, NULL));
+    printf("W4d_mtps %.2f\n", warm_median(run_w4d, NULL));
+
+    /* W7 */
+    w7_producers w7;
+    flood_arm((long)W7_PRODUCERS * W7_TASKS_EACH);
+    uint64_t w7_t0 = w7_start(&w7, w7_produce, pool);
+    sem_wait(&done);
+    report_w7(w7_t0, now_ns());
+    w7_join(&w7);
 
     wspool_destroy(pool);
     return 0;

@@ -8,7 +8,11 @@
  *   W2gh_ms   the same with a heap group per join (wspool only), ms
  *   W3_p50_us / W3_p99_us   ping-pong: submit one task, wait for it, 50,000 times
  *   W4_mtps   nested: 200 roots each spawn 1,000 children and wait, M tasks/s
+ *   W4d_mtps  the same with detached children: no root waits; timed until the last
+ *             child ran, M tasks/s (roots and children)
  *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 and W1b
+ *   W7_mtps   many producers: W7_PRODUCERS foreign threads, started together, each
+ *             submitting W7_TASKS_EACH tiny tasks (an HTTP server's I/O threads), M tasks/s
  * W2 (every variant) and W4 run W_WARM times unmeasured, then W_REPS times,
  * in the same process, and print the median: a fork-join of a few ms
  * measured once per fresh process measured its cold start as much as the
@@ -16,6 +20,7 @@
 #ifndef WSPOOL_BENCH_COMMON_H
 #define WSPOOL_BENCH_COMMON_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +34,8 @@
 #define W4_ROOTS 200
 #define W4_CHILDREN 1000
 #define W5_SECONDS 2
+#define W7_PRODUCERS 4
+#define W7_TASKS_EACH 250000
 #define W_WARM 1
 #define W_REPS 5
 
@@ -85,6 +92,47 @@ static inline void report_idle(void) {
     struct timespec ts = {W5_SECONDS, 0};
     nanosleep(&ts, NULL);
     printf("W5_cpu_ms_per_s %.3f\n", (cpu_ms() - c0) / W5_SECONDS);
+}
+
+/* W7's producers: `w7_start` starts W7_PRODUCERS threads that each run
+ * `produce(ctx)` (W7_TASKS_EACH submissions) once all of them exist, and
+ * returns the time it released them; `w7_join` waits for them. The caller
+ * times up to its last task's completion, as W1 does. */
+typedef struct {
+    pthread_barrier_t go;
+    pthread_t threads[W7_PRODUCERS];
+    void (*produce)(void *);
+    void *ctx;
+} w7_producers;
+
+static void *w7_producer(void *p) {
+    w7_producers *w = (w7_producers *)p;
+    pthread_barrier_wait(&w->go);
+    w->produce(w->ctx);
+    return NULL;
+}
+
+static inline uint64_t w7_start(w7_producers *w, void (*produce)(void *), void *ctx) {
+    w->produce = produce;
+    w->ctx = ctx;
+    pthread_barrier_init(&w->go, NULL, W7_PRODUCERS + 1);
+    for (int i = 0; i < W7_PRODUCERS; i++)
+        if (pthread_create(&w->threads[i], NULL, w7_producer, w) != 0) {
+            fprintf(stderr, "W7: pthread_create failed\n");
+            exit(1);
+        }
+    uint64_t t0 = now_ns();
+    pthread_barrier_wait(&w->go);
+    return t0;
+}
+
+static inline void w7_join(w7_producers *w) {
+    for (int i = 0; i < W7_PRODUCERS; i++) pthread_join(w->threads[i], NULL);
+    pthread_barrier_destroy(&w->go);
+}
+
+static inline void report_w7(uint64_t t0, uint64_t t1) {
+    printf("W7_mtps %.2f\n", (double)W7_PRODUCERS * W7_TASKS_EACH / ((t1 - t0) / 1e9) / 1e6);
 }
 
 static inline long fib_seq(int n) { return n < 2 ? n : fib_seq(n - 1) + fib_seq(n - 2); }

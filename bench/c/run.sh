@@ -40,7 +40,7 @@ for ((r = 1; r <= reps; r++)); do
   for p in "${peers[@]}"; do
     OMP_NUM_THREADS=2 "$out/bench_$p" | sed "s/^/$p /" >> "$results"
   done
-  for p in rust rayon; do
+  for p in rust rayon tokio; do
     "$rust_peer" "${p/rust/wspool}" | sed "s/^/$p /" >> "$results"
   done
   echo "bench-c: round $r/$reps done" >&2

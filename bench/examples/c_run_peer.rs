@@ -1,9 +1,10 @@
-//! A peer in the C benchmark run (`make bench-c`): W1, W2 and W4 through
-//! wspool's Rust API or through rayon, measured as `bench/c/common.h`
+//! A peer in the C benchmark run (`make bench-c`): W1, W2, W3, W4 and W7
+//! through wspool's Rust API or through rayon, and W1 and W7 through
+//! tokio's runtime (`Handle::spawn`), measured as `bench/c/common.h`
 //! measures the C peers and printed in its "KEY VALUE" lines, so that
 //! `bench/c/report.py` compares them with oneTBB's figures from the same
 //! interleaved rounds (issue 15: "Rust W4 ≥ 1× oneTBB's figure from the C
-//! run"). Usage: `c_run_peer wspool|rayon`; `BENCH_THREADS` worker threads
+//! run"). Usage: `c_run_peer wspool|rayon|tokio`; `BENCH_THREADS` worker threads
 //! each (default 2), as the C peers.
 //!
 //! W2 and W4 run once unmeasured, then `W_REPS` times, and print the
@@ -25,6 +26,8 @@ const W4_CHILDREN: usize = 1_000;
 const W_WARM: usize = 1;
 const W_REPS: usize = 5;
 const W3_ROUNDS: usize = 50_000;
+const W7_PRODUCERS: usize = 4;
+const W7_TASKS_EACH: usize = 250_000;
 
 /// Worker threads per pool: `BENCH_THREADS` as `bench_threads()` in common.h.
 fn threads() -> usize {
@@ -73,6 +76,40 @@ fn w1_mtps(flood: impl FnOnce(&'static Countdown)) -> f64 {
     W1_TASKS as f64 / t0.elapsed().as_secs_f64() / 1e6
 }
 
+/// W7: `W7_PRODUCERS` threads, released together, each calling `produce`
+/// (`W7_TASKS_EACH` submissions of `Countdown::hit`); timed from their
+/// release to the last task's completion, as `w7_start` in common.h.
+fn w7_mtps(produce: impl Fn(&'static Countdown) + Sync) -> f64 {
+    let total = W7_PRODUCERS * W7_TASKS_EACH;
+    let c = Countdown::leak();
+    c.arm(total);
+    let go = std::sync::Barrier::new(W7_PRODUCERS + 1);
+    std::thread::scope(|s| {
+        for _ in 0..W7_PRODUCERS {
+            s.spawn(|| {
+                go.wait();
+                produce(c);
+            });
+        }
+        go.wait();
+        let t0 = Instant::now();
+        c.wait();
+        total as f64 / t0.elapsed().as_secs_f64() / 1e6
+    })
+}
+
+/// W4 with detached children: `spawn_roots` submits `W4_ROOTS` roots that
+/// each spawn `W4_CHILDREN` children calling `Countdown::hit`; timed until
+/// the last child ran.
+fn w4d_mtps(spawn_roots: impl FnOnce(&'static Countdown)) -> f64 {
+    let c = Countdown::leak();
+    c.arm(W4_ROOTS * W4_CHILDREN);
+    let t0 = Instant::now();
+    spawn_roots(c);
+    c.wait();
+    (W4_ROOTS * (W4_CHILDREN + 1)) as f64 / t0.elapsed().as_secs_f64() / 1e6
+}
+
 fn w2_ms(fib: impl Fn(u32) -> u64) -> f64 {
     let t0 = Instant::now();
     let r = fib(black_box(W2_FIB));
@@ -117,6 +154,24 @@ fn wspool_peer() {
     // As the C run: the roots through a heap group, each root's children
     // through a group on its stack.
     println!("W4_mtps {:.2}", warm_median(|| w4_mtps(|| w4_group_scope(&pool, W4_ROOTS, W4_CHILDREN, kid, || {}))));
+
+    println!(
+        "W4d_mtps {:.2}",
+        warm_median(|| {
+            w4d_mtps(|c| {
+                for _ in 0..W4_ROOTS {
+                    let p = pool.clone();
+                    pool.spawn(move || (0..W4_CHILDREN).for_each(|_| p.spawn(move || c.hit()).expect("child")))
+                        .expect("root");
+                }
+            })
+        })
+    );
+
+    println!(
+        "W7_mtps {:.2}",
+        w7_mtps(|c| (0..W7_TASKS_EACH).for_each(|_| pool.spawn(move || c.hit()).expect("spawn")))
+    );
 }
 
 fn rayon_peer() {
@@ -158,14 +213,42 @@ fn rayon_peer() {
             })
         })
     );
+
+    println!(
+        "W4d_mtps {:.2}",
+        warm_median(|| {
+            w4d_mtps(|c| {
+                for _ in 0..W4_ROOTS {
+                    pool.spawn(move || (0..W4_CHILDREN).for_each(|_| rayon::spawn(move || c.hit())));
+                }
+            })
+        })
+    );
+
+    println!("W7_mtps {:.2}", w7_mtps(|c| (0..W7_TASKS_EACH).for_each(|_| pool.spawn(move || c.hit()))));
+}
+
+/// tokio's multi-threaded runtime as a pool of `BENCH_THREADS` workers:
+/// tasks spawned from foreign threads through its `Handle` (what an
+/// HTTP server's blocking work would use without a pool).
+fn tokio_peer() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads())
+        .thread_name("c-peer-tokio")
+        .build()
+        .expect("tokio runtime");
+    let h = rt.handle();
+    println!("W1_mtps {:.2}", w1_mtps(|c| (0..W1_TASKS).for_each(|_| drop(h.spawn(async move { c.hit() })))));
+    println!("W7_mtps {:.2}", w7_mtps(|c| (0..W7_TASKS_EACH).for_each(|_| drop(h.spawn(async move { c.hit() })))));
 }
 
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("wspool") => wspool_peer(),
         Some("rayon") => rayon_peer(),
+        Some("tokio") => tokio_peer(),
         _ => {
-            eprintln!("usage: c_run_peer wspool|rayon");
+            eprintln!("usage: c_run_peer wspool|rayon|tokio");
             std::process::exit(2);
         }
     }

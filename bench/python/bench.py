@@ -1,4 +1,4 @@
-"""Python benchmarks P1-P3: wspool.Pool against ThreadPoolExecutor, in the same run.
+"""Python benchmarks P1-P5: wspool.Pool against ThreadPoolExecutor, in the same run.
 
     python bench/python/bench.py            # all three, markdown table on stdout
     python bench/python/bench.py --quick    # fewer repetitions (smoke run)
@@ -12,6 +12,9 @@ P3  200 x time.sleep(0.01) tasks on 4 workers: wall time, plain and with
 P4  asyncio round trips (issue 12): 20,000 run_in_executor calls gathered at
     once (wall time), and serial `await loop.run_in_executor(...)` (mean per
     await); target for both: no slower than TPE (<= 1.0x).
+P5  idle CPU after a burst: the whole process's CPU time (every thread,
+    this one's sleep included) in the 2 s right after a map() of 20,000
+    calls returns, in ms per second (target: <= 2x TPE).
 
 Each figure is the median of several repetitions; both executors run the
 same code in the same process, one after the other.
@@ -100,6 +103,20 @@ def p4_serial(ex: Executor, n: int) -> float:
     return asyncio.run(run())
 
 
+def p5_idle_after_burst(make: Callable[[], Executor], seconds: float = 2.0) -> float:
+    """CPU ms per second used by the whole process in the `seconds` after a
+    burst, with a fresh executor: what an application pays for a pool that
+    has just gone idle (spinning, timers, monitors)."""
+    ex = make()
+    try:
+        list(ex.map(noop, range(20_000)))
+        c0, w0 = time.process_time(), time.perf_counter()
+        time.sleep(seconds)
+        return (time.process_time() - c0) * 1e3 / (time.perf_counter() - w0)
+    finally:
+        ex.shutdown()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -168,6 +185,14 @@ def main() -> int:
                  f"{tg:.0f}", f"{wg:.0f}", f"{wg / tg:.2f}x", "<= 1.0x", wg <= tg))
     rows.append(("P4 asyncio: serial await run_in_executor (us, lower is better)",
                  f"{ts:.1f}", f"{ws:.1f}", f"{ws / ts:.2f}x", "<= 1.0x", ws <= ts))
+
+    idle: dict[str, list[float]] = {"t": [], "w": []}
+    for _ in range(reps):
+        idle["t"].append(p5_idle_after_burst(ThreadPoolExecutor))
+        idle["w"].append(p5_idle_after_burst(wspool.Pool))
+    ti, wi = statistics.median(idle["t"]), statistics.median(idle["w"])
+    rows.append(("P5 idle CPU in the 2 s after a map() burst (ms per s, lower is better)",
+                 f"{ti:.3f}", f"{wi:.3f}", f"{wi / ti:.2f}x" if ti > 0 else "n/a", "<= 2x", wi <= 2 * ti))
 
     print(f"\nPython benchmarks: wspool {wspool.__version__} vs ThreadPoolExecutor, "
           f"Python {platform.python_version()}, {os.cpu_count()} CPUs, median of {reps} runs\n")
