@@ -47,6 +47,13 @@ const BATCH_STEAL_MIN: usize = 64;
 
 /// A worker polls the injector first once every this many tasks.
 const FAIRNESS_INTERVAL: u32 = 61;
+
+/// How long a parked worker keeps the rings a burst grew before it gives
+/// them back (the `deque` module's `BURST_CAP` says which go at once).
+/// Back-to-back bursts a few milliseconds apart reuse the memory; an idle
+/// pool holds only minimal queues a tenth of a second after its last
+/// task, at the cost of one timed wake-up per burst.
+const QUEUE_MEMORY_LINGER: Duration = Duration::from_millis(100);
 /// The most jobs one visit to the injector moves into the inbox (one CAS
 /// per batch: per job halves a flood's throughput).
 const MAX_GLOBAL_BATCH: usize = 32;
@@ -307,15 +314,22 @@ impl WorkerThread {
                 bump(&self.counters().spin_misses);
                 self.publish_threshold(&debounce);
             }
-            // Parking is the quiescent point: an idle pool keeps minimal
-            // queues (docs/scheduling.md, "What a pool keeps").
-            self.release_queue_memory();
             let keep_alive =
                 (registry.live_threads() > registry.config.min_threads).then_some(registry.config.keep_alive);
+            // An idle pool keeps minimal queues (docs/scheduling.md, "What
+            // a pool keeps"), but a burst's grown rings are given back only
+            // once this worker has slept `QUEUE_MEMORY_LINGER` without
+            // being woken: a burst that follows soon reuses them.
+            let lingering = self.deque.keeps_grown_memory() || self.inbox.keeps_grown_memory();
+            let timeout = match (lingering, keep_alive) {
+                (true, Some(keep_alive)) => Some(keep_alive.min(QUEUE_MEMORY_LINGER)),
+                (true, None) => Some(QUEUE_MEMORY_LINGER),
+                (false, keep_alive) => keep_alive,
+            };
             // For snapshots only; idle path, never per task.
             let activity = &self.counters().activity;
             activity.store(crate::dump::PARKED, Relaxed);
-            let wake = registry.sleep.park(self.index, searching, keep_alive, |scan| {
+            let wake = registry.sleep.park(self.index, searching, timeout, |scan| {
                 registry.state() != crate::registry::RUNNING || (scan && registry.has_visible_work())
             });
             activity.store(crate::dump::SEARCHING, Relaxed);
@@ -330,7 +344,14 @@ impl WorkerThread {
                 Wake::Notified { from_cpu: Some(cpu) } if Some(cpu) == crate::sleep::current_cpu() => {}
                 Wake::Notified { .. } => debounce.woken(Instant::now()),
                 Wake::TimedOut => {
-                    if registry.try_retire() {
+                    if lingering {
+                        self.release_queue_memory();
+                    }
+                    // A linger shorter than the keep-alive ended: the worker
+                    // parks again, now for the keep-alive (which so counts
+                    // from the end of the linger).
+                    let kept_alive_out = keep_alive.is_some_and(|k| !lingering || k <= QUEUE_MEMORY_LINGER);
+                    if kept_alive_out && registry.try_retire() {
                         if let Some(idle) = keep_alive {
                             registry.record_decision(
                                 crate::dump::MonitorAction::Retired(1),
