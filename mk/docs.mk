@@ -6,16 +6,23 @@
 #                    include/ + target/release, Python with the ./.venv interpreter;
 #                    first test-help: every target `make help` names exists, and
 #                    test-links: every relative link and #anchor in the tracked
-#                    Markdown resolves (tools/check_links.py, with its self-test)
+#                    Markdown resolves (tools/check_links.py, with its self-test);
+#                    and docs/c-reference.md has an entry for every function,
+#                    type and constant of include/libwspool.h
+#                    (tools/check_c_reference.py, with its self-test)
 
 TEST_TARGETS += test-docs
 
-.PHONY: test-docs test-help test-links
+.PHONY: test-docs test-help test-links test-c-reference
 
 # cpp-deps: the C++ blocks of docs/cpp.md include Boost.Asio.
-test-docs: test-help test-links c-build python-install python-test-deps cpp-deps
+test-docs: test-help test-links test-c-reference c-build python-install python-test-deps cpp-deps
 	$(PYTHON) tools/check_snippets.py --self-test --python $(PY)
 	$(PYTHON) tools/check_snippets.py --python $(PY)
+
+test-c-reference:
+	$(PYTHON) tools/check_c_reference.py --self-test
+	$(PYTHON) tools/check_c_reference.py
 
 test-links:
 	$(PYTHON) tools/check_links.py --self-test
