@@ -879,7 +879,8 @@ int wspool_submit_batch(struct wspool *pool, const struct wspool_batch_item *ite
  * Fork-join without allocation: runs `a(arg_a)` on the caller and offers `b(arg_b)` to other
  * workers, running it itself if nobody took it; returns when both are done. On a thread that
  * is not one of the pool's it submits `b` and helps or waits as needed. `arg_a` and `arg_b`
- * stay the caller's: both calls have returned when `wspool_join` returns.
+ * stay the caller's: both calls have returned when `wspool_join` returns. Once the pool is shut
+ * down it returns `WSPOOL_ESHUTDOWN` and calls neither function.
  */
 int wspool_join(struct wspool *pool, wspool_fn a, void *arg_a, wspool_fn b, void *arg_b);
 
@@ -1084,8 +1085,8 @@ int wspool_dump(const struct wspool *pool, char *buf, size_t len, size_t *needed
  * snapshot report. Every episode is counted in `wspool_stats.stalls` and in OpenMetrics
  * (`wspool_stall_episodes_total`), reported or not. `func` NULL removes the callback: reports then
  * go to standard error if the environment variable `WSPOOL_STALL_REPORT` was set (not `0`) when
- * the pool was created, else nowhere. A pool that has no monitor thread (FIXED, say) starts one
- * that only watches. `ctx` is used from that thread; `func` must not unwind into the library.
+ * the pool was created, else nowhere. Every pool has a monitor thread (on a pool that does not
+ * grow it only watches): `ctx` is used from that thread; `func` must not unwind into the library.
  */
 int wspool_set_stall_handler(struct wspool *pool, uint32_t after_ms, wspool_stall_fn func, void *ctx);
 

@@ -6,16 +6,31 @@
 #                    include/ + target/release, Python with the ./.venv interpreter;
 #                    first test-help: every target `make help` names exists, and
 #                    test-links: every relative link and #anchor in the tracked
-#                    Markdown resolves (tools/check_links.py, with its self-test)
+#                    Markdown resolves (tools/check_links.py, with its self-test);
+#                    and docs/c-reference.md has an entry for every function,
+#                    type and constant of include/libwspool.h
+#                    (tools/check_c_reference.py, with its self-test); and no
+#                    new measured figure outside docs/benchmarks.md without a
+#                    link there or its command (tools/check_figures.py)
 
 TEST_TARGETS += test-docs
 
-.PHONY: test-docs test-help test-links
+.PHONY: test-docs test-help test-links test-c-reference test-figures
 
 # cpp-deps: the C++ blocks of docs/cpp.md include Boost.Asio.
-test-docs: test-help test-links c-build python-install python-test-deps cpp-deps
+test-docs: test-help test-links test-c-reference test-figures c-build python-install python-test-deps cpp-deps
 	$(PYTHON) tools/check_snippets.py --self-test --python $(PY)
 	$(PYTHON) tools/check_snippets.py --python $(PY)
+
+test-c-reference:
+	$(PYTHON) tools/check_c_reference.py --self-test
+	$(PYTHON) tools/check_c_reference.py
+
+# A measured figure outside docs/benchmarks.md links there or names its
+# command; tools/figures_baseline.txt lists the known debts (it only shrinks).
+test-figures:
+	$(PYTHON) tools/check_figures.py --self-test
+	$(PYTHON) tools/check_figures.py
 
 test-links:
 	$(PYTHON) tools/check_links.py --self-test

@@ -72,6 +72,10 @@ pub const DEFAULT_MAX_THREADS: usize = 256;
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// Default debounce spin cap.
 pub const DEFAULT_SPIN_MAX_US: u32 = 500;
+/// The smallest stack [`Builder::stack_size`] accepts (64 KiB): less leaves a
+/// task too little room once the thread's own frames are on it. The C
+/// library's `WSPOOL_STACK_SIZE_MIN` and the Python package use the same value.
+pub const STACK_SIZE_MIN: usize = 64 * 1024;
 /// Default starvation-monitor interval.
 pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_millis(5);
 
@@ -214,7 +218,8 @@ impl Builder {
         self.monitor_thread = false;
         self
     }
-    /// Stack size of worker threads (default: the platform's).
+    /// Stack size of worker threads (default: the platform's). Below
+    /// [`STACK_SIZE_MIN`] `build` returns a [`ConfigError`].
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
         self
@@ -294,6 +299,13 @@ impl Builder {
         self.nice_target = crate::nice::target(self.thread_nice);
         if self.monitor_interval < Duration::from_millis(1) || self.monitor_interval > Duration::from_secs(10) {
             return Err(ConfigError::new("monitor_interval must be between 1 ms and 10 s"));
+        }
+        if let Some(n) = self.stack_size
+            && n < STACK_SIZE_MIN
+        {
+            return Err(ConfigError::new(format!(
+                "stack_size {n} is below the minimum of {STACK_SIZE_MIN} bytes (64 KiB)"
+            )));
         }
         if let Reject::BlockFor(d) = self.reject
             && d.is_zero()

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Gate, Outcomes, Tracked, eventually};
-use wspool::{Growth, Pool, Shutdown, SpawnOptions, SubmitErrorKind, TaskError, TaskState};
+use wspool::{ConfigErrorKind, Growth, Pool, Shutdown, SpawnOptions, SubmitErrorKind, TaskError, TaskState};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -427,6 +427,12 @@ fn config_errors_are_returned_not_panicked() {
     // An impossible stack size fails thread creation: an error, no panic.
     let e = Pool::builder().min_threads(2).stack_size(usize::MAX / 2).build();
     assert!(e.is_err());
+    // The stack minimum is the C library's and the Python package's: 64 KiB.
+    let e = Pool::builder().min_threads(2).stack_size(wspool::STACK_SIZE_MIN - 1).build().unwrap_err();
+    assert_eq!(e.kind(), ConfigErrorKind::Invalid);
+    assert!(e.to_string().contains("stack_size"), "{e}");
+    let p = Pool::builder().min_threads(2).stack_size(wspool::STACK_SIZE_MIN).build().unwrap();
+    p.shutdown(Shutdown::Drain, None).unwrap();
 }
 
 #[test]

@@ -113,6 +113,7 @@ pub const WSPOOL_STRUCT_SIZE_MAX: usize = 4096;
 /// The smallest non-zero `stack_size` accepted (64 KiB): less leaves a task
 /// too little room once the thread's own frames are on it.
 pub const WSPOOL_STACK_SIZE_MIN: usize = 64 * 1024;
+const _: () = assert!(WSPOOL_STACK_SIZE_MIN == wspool_core::STACK_SIZE_MIN, "one stack minimum in every language");
 
 fn default_config() -> wspool_config {
     wspool_config {

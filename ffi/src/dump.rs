@@ -67,8 +67,8 @@ unsafe impl Sync for Ctx {}
 /// snapshot report. Every episode is counted in `wspool_stats.stalls` and in OpenMetrics
 /// (`wspool_stall_episodes_total`), reported or not. `func` NULL removes the callback: reports then
 /// go to standard error if the environment variable `WSPOOL_STALL_REPORT` was set (not `0`) when
-/// the pool was created, else nowhere. A pool that has no monitor thread (FIXED, say) starts one
-/// that only watches. `ctx` is used from that thread; `func` must not unwind into the library.
+/// the pool was created, else nowhere. Every pool has a monitor thread (on a pool that does not
+/// grow it only watches): `ctx` is used from that thread; `func` must not unwind into the library.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_set_stall_handler(
     pool: *mut wspool,

@@ -336,7 +336,8 @@ pub unsafe extern "C" fn wspool_submit_batch(
 /// Fork-join without allocation: runs `a(arg_a)` on the caller and offers `b(arg_b)` to other
 /// workers, running it itself if nobody took it; returns when both are done. On a thread that
 /// is not one of the pool's it submits `b` and helps or waits as needed. `arg_a` and `arg_b`
-/// stay the caller's: both calls have returned when `wspool_join` returns.
+/// stay the caller's: both calls have returned when `wspool_join` returns. Once the pool is shut
+/// down it returns `WSPOOL_ESHUTDOWN` and calls neither function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wspool_join(
     pool: *mut wspool,

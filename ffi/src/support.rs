@@ -326,7 +326,7 @@ pub(crate) fn check_struct_size(size: usize, min: usize, what: &dyn std::fmt::Di
         ));
     }
     if size < min {
-        return einval(format!("{what} {size} is below the smallest layout ({min} bytes)"));
+        return einval(format!("{what} {size} is below the smallest layout ({min} bytes): call {init} first"));
     }
     Ok(())
 }

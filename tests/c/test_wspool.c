@@ -132,6 +132,8 @@ static void test_create_bad_values(void) {
     expect_create_einval(&cfg, "struct_size is 0");
     wspool_config_init(&cfg); cfg.struct_size = WSPOOL_CONFIG_MIN_SIZE - 8;
     expect_create_einval(&cfg, "below the smallest layout");
+    wspool_config_init(&cfg); cfg.struct_size = WSPOOL_CONFIG_MIN_SIZE - 8;
+    expect_create_einval(&cfg, "call wspool_config_init first"); /* an undersized struct names its _init */
     wspool_config_init(&cfg); cfg.growth = 99;
     expect_create_einval(&cfg, "growth");
     wspool_config_init(&cfg); cfg.reject = -1;

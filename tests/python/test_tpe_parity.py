@@ -332,6 +332,24 @@ def test_worker_stacks_honour_threading_stack_size(requested: int) -> None:
     assert all(size >= expected for size in sizes.values()), (expected, sizes)
 
 
+def test_stack_size_minimum_is_the_c_one() -> None:
+    """64 KiB, as WSPOOL_STACK_SIZE_MIN in C and wspool::STACK_SIZE_MIN in Rust."""
+    assert wspool.STACK_SIZE_MIN == 64 * 1024
+    with pytest.raises(ValueError, match="at least 65536 bytes"):
+        wspool.Pool(1, stack_size=wspool.STACK_SIZE_MIN - 1)
+    with pytest.raises(ValueError):
+        wspool.Pool(1, stack_size=32 * 1024)  # threading.stack_size()'s minimum is not enough
+    with wspool.Pool(1, stack_size=wspool.STACK_SIZE_MIN) as p:
+        assert p.submit(lambda: 7).result(timeout=EVENTUALLY) == 7
+    # threading.stack_size(32 KiB) is honoured with the common minimum, not refused.
+    old = threading.stack_size(32 * 1024)
+    try:
+        with wspool.Pool(1) as p:
+            assert p.submit(lambda: 8).result(timeout=EVENTUALLY) == 8
+    finally:
+        threading.stack_size(old)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pthread_getattr_np is glibc's")
 def test_stack_size_keyword() -> None:
     with wspool.Pool(1, stack_size=24 << 20) as p:

@@ -60,6 +60,7 @@ __all__ = [
     "Pool",
     "PoolDump",
     "RejectedError",
+    "STACK_SIZE_MIN",
     "Serial",
     "Stats",
     "Submitter",
@@ -78,6 +79,10 @@ Group = _wspool.Group
 Serial = _wspool.Serial
 # A lane is a serial queue with a limit above 1 (``pool.lane(n)``): one class.
 Lane = _wspool.Serial
+
+# The smallest worker stack (``stack_size=``), the same as C's
+# WSPOOL_STACK_SIZE_MIN and Rust's wspool::STACK_SIZE_MIN: 64 KiB.
+STACK_SIZE_MIN = 64 * 1024
 
 _GROWTH = ("compensate", "fixed", "adaptive", "scale_first", "queue_first")
 _REJECT = ("abort", "caller_runs", "block", "discard_oldest")
@@ -277,10 +282,13 @@ def _stack_size(value: int | None) -> int | None:
     else what a new ``threading.Thread`` gets (the platform default)."""
     if value is None:
         value = threading.stack_size() or None
-        return value if value is not None else _wspool.default_stack_size()
+        if value is not None:
+            # threading.stack_size() accepts 32 KiB; a pool thread needs the common minimum.
+            return max(value, STACK_SIZE_MIN)
+        return _wspool.default_stack_size()
     _count("stack_size", value)
-    if value < 32768:
-        raise ValueError(f"stack_size must be at least 32768 bytes (32 KiB), not {value}")
+    if value < STACK_SIZE_MIN:
+        raise ValueError(f"stack_size must be at least {STACK_SIZE_MIN} bytes (64 KiB, as in C and Rust), not {value}")
     return value
 
 
@@ -416,7 +424,9 @@ class Pool(_StockThreadPoolExecutor):
     - ``max_threads``: the ceiling on threads (default
       ``max(256, max_workers)``); with ``"fixed"`` only ``max_workers``
       itself.
-    - ``min_threads``: another name for ``max_workers`` (threads kept).
+    - ``min_threads``: another name for ``max_workers``: the threads kept
+      alive, a floor as C's ``min_threads`` is (under ``"compensate"``,
+      ``max_workers`` is also the bound on calls executing at once).
     - ``queue_capacity``: tasks allowed to wait (0 = unbounded, the default).
     - ``reject``: what a full queue does: ``"abort"`` (raise
       ``RejectedError``, the default), ``"caller_runs"``, ``"block"`` or
@@ -424,8 +434,9 @@ class Pool(_StockThreadPoolExecutor):
     - ``keep_alive``: seconds an extra thread idles before it retires.
     - ``name``: thread-name prefix (same as ``thread_name_prefix``).
     - ``spin_max_us``: debounce spin cap in microseconds (0 disables spinning).
-    - ``stack_size``: worker stack in bytes (default: ``threading.stack_size()``
-      if set, else what a ``threading.Thread`` gets).
+    - ``stack_size``: worker stack in bytes, at least ``STACK_SIZE_MIN``
+      (64 KiB, as in C and Rust; default: ``threading.stack_size()`` if set,
+      raised to that minimum, else what a ``threading.Thread`` gets).
     - ``thread_nice``: the pool's threads run this many steps (0-19) nicer
       than the thread that creates the pool, so an event loop sharing the
       cores preempts them (Linux; elsewhere ignored). Default 0.
