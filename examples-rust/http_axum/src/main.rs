@@ -135,8 +135,9 @@ struct How {
     lane: bool,
 }
 
-/// One hand-off: `submitted` counted when made, `done` once when dropped
-/// (after its ending, or with the handler's future when its client hung up).
+/// One hand-off: `submitted` counted when made, `done` once when dropped,
+/// which is when its work ended (ran, expired or cancelled), whether or not
+/// its handler still waits for it.
 struct HandOff(Shared);
 
 impl HandOff {
@@ -152,28 +153,39 @@ impl Drop for HandOff {
     }
 }
 
-/// A wspool task's future that cancels the task if dropped before it ended:
-/// dropping a `TaskFuture` only detaches the task, so a handler whose client
-/// hung up says "cancel" itself.
+/// A wspool task's future that cancels the task if dropped before it ended
+/// (its client hung up): dropping a `TaskFuture` only detaches the task, so
+/// the handler says "cancel" itself. Work already running is awaited to its
+/// end in the background, to count its ending.
 struct CancelOnDrop<T: Send + 'static> {
-    fut: TaskFuture<T>,
-    server: Shared,
-    ended: bool,
+    fut: Option<TaskFuture<T>>,
+    handoff: Option<HandOff>,
 }
 
 impl<T: Send + 'static> Future for CancelOnDrop<T> {
     type Output = Result<T, TaskError>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let out = Pin::new(&mut self.fut).poll(cx);
-        self.ended |= out.is_ready();
+        let fut = self.fut.as_mut().expect("polled after Ready");
+        let out = Pin::new(fut).poll(cx);
+        if out.is_ready() {
+            self.fut = None;
+            self.handoff = None;
+        }
         out
     }
 }
 
 impl<T: Send + 'static> Drop for CancelOnDrop<T> {
     fn drop(&mut self) {
-        if !self.ended && self.fut.cancel() {
-            self.server.c.cancelled_client_gone.fetch_add(1, Relaxed);
+        let (Some(fut), Some(handoff)) = (self.fut.take(), self.handoff.take()) else { return };
+        if fut.cancel() {
+            handoff.0.c.cancelled_client_gone.fetch_add(1, Relaxed);
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = fut.await; // at once if cancelled
+                drop(handoff);
+            });
         }
     }
 }
@@ -201,7 +213,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let _handoff = HandOff::new(s);
+    let handoff = HandOff::new(s);
     let pool_lane = match &s.exec {
         Exec::Wspool { pool, sleep_lane } => Some((pool, if how.lane { sleep_lane.as_ref() } else { None })),
         _ => None,
@@ -209,20 +221,21 @@ where
     if let Some((pool, lane)) = pool_lane {
         let opts = SpawnOptions { priority: how.priority, deadline: how.start_by, serial: lane, ..Default::default() };
         let handle = pool.submit_with(opts, f).map_err(|_| Ended::Refused)?;
-        let fut = CancelOnDrop { fut: handle.into_future(), server: s.clone(), ended: false };
+        let fut = CancelOnDrop { fut: Some(handle.into_future()), handoff: Some(handoff) };
         return match fut.await {
             Ok(v) => Ok(v),
             Err(TaskError::Expired) => count_expired(s),
             Err(_) => Err(Ended::Failed),
         };
     }
-    // spawn_blocking and rayon: the start-by check and the hang-up flag by hand.
+    // spawn_blocking and rayon: the start-by check and the hang-up flag by
+    // hand; the hand-off ends with the closure.
     let gone = Arc::new(AtomicBool::new(false));
     let _guard = GoneOnDrop(gone.clone());
-    let server = s.clone();
     let job = move || {
+        let handoff = handoff; // moved in: dropped when the closure ends
         if gone.load(Relaxed) {
-            server.c.cancelled_client_gone.fetch_add(1, Relaxed);
+            handoff.0.c.cancelled_client_gone.fetch_add(1, Relaxed);
             Outcome::Cancelled
         } else if how.start_by.is_some_and(|d| Instant::now() > d) {
             Outcome::Expired
