@@ -128,6 +128,21 @@ def server_metric(port, name):
     return float("nan")
 
 
+def size_work(tool, binpath, *args):
+    """/work?n=N sized to ~1 ms on server `binpath` (2 threads, `args`), and
+    how many of them 2 threads serve per second: the best of three 1 s runs,
+    what they serve when they get the CPU (a burst of load from others during
+    one measurement would understate it and make a "2x" overload milder than
+    it says). Returns (N, capacity)."""
+    p, port = start(binpath, "--threads", "2", *args)
+    n = 200000
+    r = load(tool, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
+    n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
+    capacity = max(load(tool, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
+    stop(p)
+    return n, capacity
+
+
 def med(xs):
     return statistics.median(xs)
 
@@ -200,15 +215,7 @@ def main():
 
     if "overload" in only:
         # Size /work to ~1 ms, then load it at ~2x what 2 threads can serve.
-        p, port = start(uv, "--threads", "2", "--target-us", "0")
-        n = 200000
-        r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
-        n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
-        # The best of three: what two threads serve when they get the CPU (a
-        # burst of load from others during one measurement would understate it
-        # and make the "2x" overload milder than it says).
-        capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
-        stop(p)
+        n, capacity = size_work(a.load, uv, "--target-us", "0")
         offered = 2 * capacity
         print(f"\n### Overload: /work?n={n} (~1 ms), capacity of 2 threads ≈ {capacity:,.0f} req/s, "
               f"offered {offered:,.0f} req/s open loop over 64 conns; target 5 ms, interval 5 ms "
@@ -244,12 +251,7 @@ def main():
 
 def control(a, uv, ev):
     """Section 4: priorities, deadlines and lanes in the HTTP examples (issue 29)."""
-    p, port = start(uv, "--threads", "2", "--target-us", "0")
-    n = 200000
-    r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
-    n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
-    capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
-    stop(p)
+    n, capacity = size_work(a.load, uv, "--target-us", "0")
     offered = 2 * capacity
     work = f"/work?n={n}"
     print(f"\n### Per-request control: /work?n={n} (~1 ms) open loop at {offered:,.0f} req/s over 62 conns "
