@@ -36,9 +36,10 @@
 //!
 //! Prints "listening on PORT" once ready. SIGINT/SIGTERM: stops accepting,
 //! lets requests in flight be answered, closes idle connections, shuts the
-//! pool down; prints "http_axum: exit: requests=.. submitted=.. done=..
-//! cancelled=.." on stderr and exits 3 if a request handed off never ended
-//! (answered, expired or its client gone).
+//! pool down, waits (at most 30 s) for work still running; prints
+//! "http_axum: exit: mode=.. requests=.. submitted=.. done=.. cancelled=.." on
+//! stderr and exits 3 if a request handed off never ended (its work ran,
+//! expired or was cancelled).
 
 mod deadline;
 
@@ -482,10 +483,17 @@ fn main() {
         }
         Exec::Rayon(_) | Exec::SpawnBlocking => {}
     }
+    // rayon has no way to wait for spawned jobs: the closures of requests
+    // whose clients left may still be running. Give them (bounded) time.
     let c = &server.c;
+    let waited = Instant::now();
+    while c.done.load(Relaxed) < c.submitted.load(Relaxed) && waited.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let (sub, done) = (c.submitted.load(Relaxed), c.done.load(Relaxed));
     eprintln!(
-        "http_axum: exit: requests={} submitted={sub} done={done} cancelled={}",
+        "http_axum: exit: mode={:?} requests={} submitted={sub} done={done} cancelled={}",
+        server.opt.mode,
         c.requests.load(Relaxed),
         c.cancelled_client_gone.load(Relaxed)
     );
