@@ -8,8 +8,9 @@ stamp (--work-deadline-ms 20: work not started in time is answered 503
 "expired"), and /ping closed loop on 2 connections, answered on the tokio
 runtime's thread in every mode. Each round first runs the same load for 1 s
 (a warm-up, not measured: the deadline reserve is learnt from served
-replies). The three modes take turns round by round (same run), medians of
---rounds.
+replies). The three modes, and wspool with its spinning off and with its
+threads 19 nicer than the runtime's, take turns round by round (same run),
+medians of --rounds.
 
     bench_http.py --server target/axum/release/http_axum --load target/embed/httpload [--rounds 5] [--seconds 3]
 
@@ -36,6 +37,8 @@ def main():
     work = f"/work?n={n}"
     modes = [
         ("axum + wspool (`submit_with(..).await`, deadline)", a.server, ["--mode", "wspool"], None),
+        ("axum + wspool, `--spin-us 0`", a.server, ["--mode", "wspool", "--spin-us", "0"], None),
+        ("axum + wspool, `--worker-nice 19`", a.server, ["--mode", "wspool", "--worker-nice", "19"], None),
         ("axum + `spawn_blocking` (start-by checked in the closure)", a.server, ["--mode", "spawn_blocking"], None),
         ("axum + rayon + oneshot (start-by checked in the closure)", a.server, ["--mode", "rayon"], None),
     ]

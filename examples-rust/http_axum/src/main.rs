@@ -16,7 +16,7 @@
 //!   /metrics       OpenMetrics: the pool's stats and the server's counters
 //!
 //!   http_axum [--port P] [--threads N] [--mode wspool|spawn_blocking|rayon]
-//!             [--work-deadline-ms D] [--sleep-lane N]
+//!             [--work-deadline-ms D] [--sleep-lane N] [--spin-us U] [--worker-nice N]
 //!
 //! --mode says where /work and /sleep run, each awaited by its handler:
 //!   wspool          (default) `pool.submit_with(..)` with the request's
@@ -27,7 +27,9 @@
 //! tokio's max_blocking_threads, rayon's num_threads). spawn_blocking and
 //! rayon have no deadlines: there the closure checks its start-by time itself
 //! when it starts, and skips the work if late (503 "expired", as wspool's);
-//! they have no priorities or lanes.
+//! they have no priorities or lanes. --spin-us and --worker-nice are the
+//! wspool pool's spin_max_us and thread_nice (its threads that much nicer
+//! than the runtime's), as in the C servers.
 //!
 //! A client that hangs up drops its handler's future; a drop guard then
 //! cancels the queued work (`TaskFuture::cancel`; in the other modes a flag
@@ -86,6 +88,10 @@ struct Options {
     mode: Mode,
     work_deadline_ms: u64,
     sleep_lane: usize,
+    /// wspool's spin_max_us; None: the library's default.
+    spin_us: Option<u32>,
+    /// wspool's thread_nice: its threads this much nicer than the runtime's.
+    worker_nice: u32,
 }
 
 /// Where the work runs, by --mode.
@@ -404,13 +410,21 @@ async fn not_found(State(s): State<Shared>) -> Response {
 fn usage() -> ! {
     eprintln!(
         "usage: http_axum [--port P] [--threads N] [--mode wspool|spawn_blocking|rayon] \
-         [--work-deadline-ms D] [--sleep-lane N]"
+         [--work-deadline-ms D] [--sleep-lane N] [--spin-us U] [--worker-nice N]"
     );
     std::process::exit(2)
 }
 
 fn parse_args() -> Options {
-    let mut o = Options { port: 0, threads: 2, mode: Mode::Wspool, work_deadline_ms: 0, sleep_lane: 2 };
+    let mut o = Options {
+        port: 0,
+        threads: 2,
+        mode: Mode::Wspool,
+        work_deadline_ms: 0,
+        sleep_lane: 2,
+        spin_us: None,
+        worker_nice: 0,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next().unwrap_or_else(|| usage());
@@ -420,6 +434,8 @@ fn parse_args() -> Options {
             "--threads" => o.threads = num() as usize,
             "--work-deadline-ms" => o.work_deadline_ms = num(),
             "--sleep-lane" => o.sleep_lane = num() as usize,
+            "--spin-us" => o.spin_us = Some(u32::try_from(num()).unwrap_or_else(|_| usage())),
+            "--worker-nice" => o.worker_nice = u32::try_from(num()).unwrap_or_else(|_| usage()),
             "--mode" => {
                 o.mode = match v.as_str() {
                     "wspool" => Mode::Wspool,
@@ -448,7 +464,11 @@ fn main() {
     let opt = parse_args();
     let exec = match opt.mode {
         Mode::Wspool => {
-            let pool = Pool::builder().name("axum").min_threads(opt.threads).build().expect("pool");
+            let mut b = Pool::builder().name("axum").min_threads(opt.threads).thread_nice(opt.worker_nice);
+            if let Some(us) = opt.spin_us {
+                b = b.spin_max_us(us);
+            }
+            let pool = b.build().expect("pool");
             let sleep_lane = (opt.sleep_lane > 0).then(|| pool.lane(opt.sleep_lane));
             Exec::Wspool { pool, sleep_lane }
         }
