@@ -17,7 +17,6 @@ medians of --rounds.
 Uses the C bench's helpers (start, stop, load, size_work, interleaved, the
 "others" column: CPU the rest of the machine used meanwhile, in cores).
 """
-import argparse
 import os
 import sys
 
@@ -26,12 +25,7 @@ import bench  # noqa: E402  (tests/embed/bench.py)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--server", default="target/axum/release/http_axum")
-    ap.add_argument("--load", default="target/embed/httpload")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=3)
-    a = ap.parse_args()
+    a = bench.server_bench_args("target/axum/release/http_axum")
     n, capacity = bench.size_work(a.load, a.server)
     offered = 2 * capacity
     work = f"/work?n={n}"
@@ -60,17 +54,11 @@ def main():
         bench.stop(p)  # asserts exit 0: every request handed off ended
         return (r, expired, late), bench.OTHERS.pop()
 
-    med = bench.med
     for (name, _, _, _), runs in bench.interleaved(modes, a.rounds, one):
         res = [x for x, _ in runs]
         bench.OTHERS.extend(o for _, o in runs)
-        ping = [x[0]["/ping"] for x in res]
-        w = [x[0][work] for x in res]
-        print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} "
-              f"| {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} | {med([x['ok'] for x in ping]) / a.seconds:,.0f} "
-              f"| {med([x['ok'] for x in w]) / a.seconds:,.0f} | {med([x['ok_p99_us'] for x in w]) / 1000:.2f} "
-              f"| {med([x['shed'] for x in w]) / a.seconds:,.0f} | {med([x[1] for x in res]):,.0f} "
-              f"| {med([x[2] for x in res]):.0f} | {bench.others()} |")
+        print(f"| {name} | {bench.control_cells(res, work, a.seconds)} | {bench.med([x[2] for x in res]):.0f} "
+              f"| {bench.others()} |")
 
 
 if __name__ == "__main__":

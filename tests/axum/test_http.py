@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "embed"))
 from test_http import (  # noqa: E402
-    HANG_GUARD_S, Server, curl, hang_ups_cancel_queued_sleeps, metrics, read_to_eof,
+    HANG_GUARD_S, Server, curl, hang_ups_cancel_then_stop, metrics, read_to_eof, run_mode_tests,
     stamped_deadlines_count_from_request_start, work_digest)
 
 # /work of ~1 s in a debug build (~0.1 s optimised): long enough to keep a
@@ -157,14 +157,7 @@ def test_hang_up_cancels_queued_work(path, mode):
     """12 clients send /sleep?ms=2000 into the lane of 2 and hang up at once:
     each handler's future is dropped, and its drop guard cancels the queued
     task, which never runs (the pool's cancelled count says so)."""
-    s = start(path, mode)
-    try:
-        m = hang_ups_cancel_queued_sleeps(s, "http_done")
-        assert curl(s.url + "/ping") == (200, "pong\n")
-    finally:
-        sub, done, cancelled, _ = s.stop()
-    assert sub == done == 12
-    assert cancelled == m["http_cancelled_client_gone"]
+    hang_ups_cancel_then_stop(start(path, mode), 12)  # /ping is answered on the runtime's thread
 
 
 def test_shutdown_with_requests_in_flight(path, mode):
@@ -199,22 +192,7 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--modes", default="wspool,spawn_blocking,rayon")
     a = ap.parse_args()
-    bad = ran = 0
-    for mode in a.modes.split(","):
-        for name, t in TESTS.items():
-            if mode != "wspool" and name in WSPOOL_ONLY:
-                continue
-            ran += 1
-            t0 = time.time()
-            try:
-                t(a.server, mode)
-                print(f"ok   {name} --mode {mode} ({time.time() - t0:.1f}s)", flush=True)
-            except Exception as e:  # report every failure, then fail
-                bad += 1
-                print(f"FAIL {name} --mode {mode}: {type(e).__name__}: {e}", flush=True)
-    print(f"{os.path.basename(a.server)}: {ran - bad} passed, {bad} failed")
-    sys.exit(1 if bad else 0)
-
+    run_mode_tests(a.server, a.modes.split(","), TESTS, lambda mode, name: mode == "wspool" or name not in WSPOOL_ONLY)
 
 if __name__ == "__main__":
     main()

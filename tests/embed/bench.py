@@ -143,6 +143,17 @@ def size_work(tool, binpath, *args):
     return n, capacity
 
 
+def server_bench_args(server):
+    """The arguments of the benches of one server in several modes (bench-cpp,
+    bench-axum): --server (default `server`), --load, --rounds, --seconds."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", default=server)
+    ap.add_argument("--load", default="target/embed/httpload")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=3)
+    return ap.parse_args()
+
+
 def med(xs):
     return statistics.median(xs)
 
@@ -297,14 +308,20 @@ def control(a, uv, ev):
     for (name, _, _, _), runs in interleaved(rows, a.rounds, one):
         res = [x for x, _ in runs]
         OTHERS.extend(o for _, o in runs)
-        ping = [x[0]["/ping"] for x in res]
-        w = [x[0][work] for x in res]
-        print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
-              f"| {med([x['ok'] for x in ping]) / a.seconds:,.0f} "
-              f"| {med([x['ok'] for x in w]) / a.seconds:,.0f} | {med([x['ok_p99_us'] for x in w]) / 1000:.2f} "
-              f"| {med([x['shed'] for x in w]) / a.seconds:,.0f} | {med([x[1] for x in res]):,.0f} "
-              f"| {med([x[3] for x in res]):.0f} "
+        print(f"| {name} | {control_cells(res, work, a.seconds)} | {med([x[3] for x in res]):.0f} "
               f"| {med([x[2][0] for x in res]):.0f} ({max(x[2][1] for x in res):.0f} µs) | {others()} |")
+
+
+def control_cells(res, work, seconds):
+    """The cells the per-request control tables share (here and bench-axum's), medians over rounds
+    `res`, each a tuple of load()'s result and the round's expired count: /ping p50, p99 and req/s,
+    /work served/s, served p99 and 503/s, expired."""
+    ping = [x[0]["/ping"] for x in res]
+    w = [x[0][work] for x in res]
+    return (f"{med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
+            f"| {med([x['ok'] for x in ping]) / seconds:,.0f} "
+            f"| {med([x['ok'] for x in w]) / seconds:,.0f} | {med([x['ok_p99_us'] for x in w]) / 1000:.2f} "
+            f"| {med([x['shed'] for x in w]) / seconds:,.0f} | {med([x[1] for x in res]):,.0f}")
 
 
 def lanes(a, uv, ev):
