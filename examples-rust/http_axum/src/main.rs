@@ -34,7 +34,8 @@
 //! A client that hangs up drops its handler's future; a drop guard then
 //! cancels the queued work (`TaskFuture::cancel`; in the other modes a flag
 //! the closure checks when it starts), counted in
-//! http_cancelled_client_gone. Work already running finishes unobserved.
+//! http_cancelled_client_gone. Work already running runs to its end, awaited
+//! in the background so that its ending is counted.
 //!
 //! Prints "listening on PORT" once ready. SIGINT/SIGTERM: stops accepting,
 //! lets requests in flight be answered, closes idle connections, shuts the
