@@ -7,7 +7,8 @@ Reuses the C HTTP examples' test helpers (tests/embed/test_http.py: Server,
 curl, metrics, work_digest, the hang-up and X-Request-Start checks). Every
 server listens on 127.0.0.1, is stopped with SIGINT and must exit 0, which
 it does only when every request handed off the runtime's thread ended
-(submitted == done). Every wait is bounded; nothing times the server.
+(submitted == done). Every wait is bounded, and a watchdog ends a test that
+runs past 5 minutes (its server stopped too); nothing times the server.
 """
 import argparse
 import os
