@@ -41,11 +41,12 @@ help:
 	@echo "  make bench-monitor  the starvation monitor on real threads beside Fixed: times, peaks, injections, its own cost"
 	@echo "  make examples      build the C examples into examples-c/bin (C++ ones into examples-cpp/bin)"
 	@echo "  make bench-cpp     the Beast server on wspool vs inline and std::thread handlers; C++ cost per task (docs/cpp.md)"
+	@echo "  make bench-axum    the axum server on wspool vs spawn_blocking vs rayon under 2x CPU overload (docs/benchmarks.md)"
 	@echo "  make install       install libwspool under PREFIX (default /usr/local; DESTDIR honoured)"
 	@echo "  make python-install  create ./.venv and install the Python package into it"
 	@echo "  make wheel         the abi3 manylinux2014 wheel and the sdist in target/wheels (make test-wheel: the suite against it)"
 	@echo "  make c-header      regenerate include/libwspool.h with the pinned cbindgen"
-	@echo "  make test-rust | test-rust-debug | test-loom | test-miri | test-c | test-cpp | test-python | test-reactor | test-docs   one suite"
+	@echo "  make test-rust | test-rust-debug | test-loom | test-miri | test-c | test-cpp | test-axum | test-python | test-reactor | test-docs   one suite"
 	@echo "  make demo-rust | demo-c | demo-reactor | demo-python                          one demo"
 	@echo "  make clean         remove target/, build/ and .venv"
 

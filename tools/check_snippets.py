@@ -8,8 +8,9 @@ Default files: README.md, docs/**/*.md, examples-c/README.md. Each fenced
 block tagged rust, c, cpp or python is copied into a scratch project under
 target/snippets/ and built and run there:
 
-  rust    a scratch cargo project depending on core/ by path, one binary per
-          block, built with -D warnings. A block without `fn main` is wrapped
+  rust    a scratch cargo project depending on core/ by path and on tokio (as
+          the workspace declares it: a current-thread runtime and timers), one
+          binary per block, built with -D warnings. A block without `fn main` is wrapped
           in `fn main() -> Result<(), Box<dyn std::error::Error>> { ... Ok(()) }`,
           as rustdoc does, so it may use `?`.
   c       a complete program, compiled with -Wall -Wextra -Werror against
@@ -107,6 +108,17 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: i
     return p.returncode == 0, (p.stdout + p.stderr)[-4000:]
 
 
+def workspace_dependency(name: str) -> str:
+    """`name = <spec>`, the dependency as the root Cargo.toml's
+    [workspace.dependencies] declares it (its one line there)."""
+    text = (ROOT / "Cargo.toml").read_text()
+    section = text.split("[workspace.dependencies]", 1)[1]
+    m = re.search(rf"^{re.escape(name)}\s*=.*$", section, re.M)
+    if not m:
+        raise SystemExit(f"Cargo.toml: no {name} in [workspace.dependencies]")
+    return m.group(0) + "\n"
+
+
 def check_rust(bs: list[Block]) -> list[Failure]:
     if not bs:
         return []
@@ -114,10 +126,12 @@ def check_rust(bs: list[Block]) -> list[Failure]:
     shutil.rmtree(proj / "src", ignore_errors=True)
     (proj / "src" / "bin").mkdir(parents=True)
     # Its own workspace (it lives inside this one's target/), the crate by
-    # path, and the repository's lock file so the versions are the tested ones.
+    # path, the async runtime its own tests await tasks on (tokio, as the
+    # workspace declares it), and the repository's lock file so the versions
+    # are the tested ones.
     (proj / "Cargo.toml").write_text(
         '[package]\nname = "wspool-snippets"\nversion = "0.0.0"\nedition = "2024"\npublish = false\n\n'
-        f'[dependencies]\nwspool = {{ path = "{ROOT / "core"}" }}\n\n[workspace]\n'
+        f'[dependencies]\nwspool = {{ path = "{ROOT / "core"}" }}\n{workspace_dependency("tokio")}\n[workspace]\n'
     )
     shutil.copy(ROOT / "Cargo.lock", proj / "Cargo.lock")
     for b in bs:

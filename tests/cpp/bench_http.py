@@ -17,7 +17,6 @@ the four taking turns round by round (same run), medians of --rounds.
 Uses the C bench's helpers (start, stop, load, interleaved, the "others"
 column: CPU the rest of the machine used meanwhile, in cores).
 """
-import argparse
 import os
 import sys
 
@@ -26,12 +25,7 @@ import bench  # noqa: E402  (tests/embed/bench.py)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--server", default="examples-cpp/bin/http_beast")
-    ap.add_argument("--load", default="target/embed/httpload")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=3)
-    a = ap.parse_args()
+    a = bench.server_bench_args("examples-cpp/bin/http_beast")
     servers = [
         ("Beast + wspool executor (--mode pool --plain)", a.server, ["--mode", "pool", "--plain"], None),
         ("Beast + wspool, /ping high, /sleep lane of 2 (--mode pool)", a.server, ["--mode", "pool"], None),

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "embed"))
 from test_http import (  # noqa: E402
-    HANG_GUARD_S, Server, ab, curl, hang_ups_cancel_queued_sleeps, metrics, read_to_eof,
+    HANG_GUARD_S, Server, ab, curl, hang_ups_cancel_then_stop, metrics, read_to_eof, run_mode_tests,
     stamped_deadlines_count_from_request_start, work_digest)
 
 
@@ -189,14 +189,7 @@ def test_hang_up_cancels_queued_work(path, mode):
     socket while its request is out, sees the hang-up and cancels the queued
     handler (wspool::task::cancel): it never runs. The queued ones wait
     behind 2 s sleeps, which gives the loop those 2 s to notice."""
-    s = Server(path, "--threads", "2", *mode_args(mode))
-    try:
-        m = hang_ups_cancel_queued_sleeps(s, "http_done")
-        assert curl(s.url + "/ping") == (200, "pong\n")
-    finally:
-        sub, done, cancelled, _ = s.stop()
-    assert sub == done == 13
-    assert cancelled == m["http_cancelled_client_gone"]
+    hang_ups_cancel_then_stop(Server(path, "--threads", "2", *mode_args(mode)), 13)  # /ping on the pool too
 
 
 TESTS = {
@@ -223,22 +216,8 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--modes", default="pool,plain,inline,threads")
     a = ap.parse_args()
-    bad = ran = 0
-    for mode in a.modes.split(","):
-        for name, t in TESTS.items():
-            if mode in MODE_TESTS and name not in MODE_TESTS[mode]:
-                continue
-            ran += 1
-            t0 = time.time()
-            try:
-                t(a.server, mode)
-                print(f"ok   {name} --mode {mode} ({time.time() - t0:.1f}s)")
-            except Exception as e:  # report every failure, then fail
-                bad += 1
-                print(f"FAIL {name} --mode {mode}: {type(e).__name__}: {e}")
-    print(f"{os.path.basename(a.server)}: {ran - bad} passed, {bad} failed")
-    sys.exit(1 if bad else 0)
-
+    run_mode_tests(a.server, a.modes.split(","), TESTS,
+                   lambda mode, name: mode not in MODE_TESTS or name in MODE_TESTS[mode])
 
 if __name__ == "__main__":
     main()

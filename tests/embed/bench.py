@@ -128,6 +128,32 @@ def server_metric(port, name):
     return float("nan")
 
 
+def size_work(tool, binpath, *args):
+    """/work?n=N sized to ~1 ms on server `binpath` (2 threads, `args`), and
+    how many of them 2 threads serve per second: the best of three 1 s runs,
+    what they serve when they get the CPU (a burst of load from others during
+    one measurement would understate it and make a "2x" overload milder than
+    it says). Returns (N, capacity)."""
+    p, port = start(binpath, "--threads", "2", *args)
+    n = 200000
+    r = load(tool, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
+    n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
+    capacity = max(load(tool, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
+    stop(p)
+    return n, capacity
+
+
+def server_bench_args(server):
+    """The arguments of the benches of one server in several modes (bench-cpp,
+    bench-axum): --server (default `server`), --load, --rounds, --seconds."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", default=server)
+    ap.add_argument("--load", default="target/embed/httpload")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=3)
+    return ap.parse_args()
+
+
 def med(xs):
     return statistics.median(xs)
 
@@ -200,15 +226,7 @@ def main():
 
     if "overload" in only:
         # Size /work to ~1 ms, then load it at ~2x what 2 threads can serve.
-        p, port = start(uv, "--threads", "2", "--target-us", "0")
-        n = 200000
-        r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
-        n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
-        # The best of three: what two threads serve when they get the CPU (a
-        # burst of load from others during one measurement would understate it
-        # and make the "2x" overload milder than it says).
-        capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
-        stop(p)
+        n, capacity = size_work(a.load, uv, "--target-us", "0")
         offered = 2 * capacity
         print(f"\n### Overload: /work?n={n} (~1 ms), capacity of 2 threads ≈ {capacity:,.0f} req/s, "
               f"offered {offered:,.0f} req/s open loop over 64 conns; target 5 ms, interval 5 ms "
@@ -244,12 +262,7 @@ def main():
 
 def control(a, uv, ev):
     """Section 4: priorities, deadlines and lanes in the HTTP examples (issue 29)."""
-    p, port = start(uv, "--threads", "2", "--target-us", "0")
-    n = 200000
-    r = load(a.load, port, 1, f"1:0:/work?n={n}")[f"/work?n={n}"]
-    n = max(1000, int(n * 1000 / max(r["ok_p50_us"], 1)))
-    capacity = max(load(a.load, port, 1, f"2:0:/work?n={n}")[f"/work?n={n}"]["ok"] for _ in range(3))
-    stop(p)
+    n, capacity = size_work(a.load, uv, "--target-us", "0")
     offered = 2 * capacity
     work = f"/work?n={n}"
     print(f"\n### Per-request control: /work?n={n} (~1 ms) open loop at {offered:,.0f} req/s over 62 conns "
@@ -295,14 +308,20 @@ def control(a, uv, ev):
     for (name, _, _, _), runs in interleaved(rows, a.rounds, one):
         res = [x for x, _ in runs]
         OTHERS.extend(o for _, o in runs)
-        ping = [x[0]["/ping"] for x in res]
-        w = [x[0][work] for x in res]
-        print(f"| {name} | {med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
-              f"| {med([x['ok'] for x in ping]) / a.seconds:,.0f} "
-              f"| {med([x['ok'] for x in w]) / a.seconds:,.0f} | {med([x['ok_p99_us'] for x in w]) / 1000:.2f} "
-              f"| {med([x['shed'] for x in w]) / a.seconds:,.0f} | {med([x[1] for x in res]):,.0f} "
-              f"| {med([x[3] for x in res]):.0f} "
+        print(f"| {name} | {control_cells(res, work, a.seconds)} | {med([x[3] for x in res]):.0f} "
               f"| {med([x[2][0] for x in res]):.0f} ({max(x[2][1] for x in res):.0f} µs) | {others()} |")
+
+
+def control_cells(res, work, seconds):
+    """The cells the per-request control tables share (here and bench-axum's), medians over rounds
+    `res`, each a tuple of load()'s result and the round's expired count: /ping p50, p99 and req/s,
+    /work served/s, served p99 and 503/s, expired."""
+    ping = [x[0]["/ping"] for x in res]
+    w = [x[0][work] for x in res]
+    return (f"{med([x['ok_p50_us'] for x in ping]) / 1000:.2f} | {med([x['ok_p99_us'] for x in ping]) / 1000:.2f} "
+            f"| {med([x['ok'] for x in ping]) / seconds:,.0f} "
+            f"| {med([x['ok'] for x in w]) / seconds:,.0f} | {med([x['ok_p99_us'] for x in w]) / 1000:.2f} "
+            f"| {med([x['shed'] for x in w]) / seconds:,.0f} | {med([x[1] for x in res]):,.0f}")
 
 
 def lanes(a, uv, ev):

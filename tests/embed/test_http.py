@@ -178,6 +178,19 @@ def hang_ups_cancel_queued_sleeps(s, done_metric):
     return m
 
 
+def hang_ups_cancel_then_stop(s, handed_off):
+    """hang_ups_cancel_queued_sleeps on a server with --mode that counts its endings in http_done,
+    then /ping still answered; stops it: `handed_off` requests were handed off and each ended, and
+    its exit report's cancelled count is /metrics'."""
+    try:
+        m = hang_ups_cancel_queued_sleeps(s, "http_done")
+        assert curl(s.url + "/ping") == (200, "pong\n")
+    finally:
+        sub, done, cancelled, _ = s.stop()
+    assert sub == done == handed_off
+    assert cancelled == m["http_cancelled_client_gone"]
+
+
 def read_to_eof(k):
     """Everything the server sends on socket k until it closes it."""
     data = b""
@@ -381,6 +394,43 @@ TESTS = {
     "overload": test_overload_sheds_with_503,
     "worker-nice": test_worker_nice,
 }
+
+
+class Watchdog(Exception):
+    """Raised in a test that ran past WATCHDOG_S."""
+
+
+# A test's limit, whatever it waits on: its `finally` then still stops its server.
+WATCHDOG_S = 5 * HANG_GUARD_S
+
+
+def run_mode_tests(server, modes, tests, applies):
+    """The drivers of servers with --mode (the Beast and axum examples): runs
+    each test of `tests` (name -> test(server, mode)) in each mode where
+    applies(mode, name), under a watchdog (SIGALRM raises Watchdog in the
+    test after WATCHDOG_S), reports every result, then exits 1 if any failed."""
+    def bark(_sig, _frame):
+        raise Watchdog(f"still running after {WATCHDOG_S} s")
+
+    signal.signal(signal.SIGALRM, bark)
+    bad = ran = 0
+    for mode in modes:
+        for name, t in tests.items():
+            if not applies(mode, name):
+                continue
+            ran += 1
+            t0 = time.time()
+            signal.alarm(WATCHDOG_S)
+            try:
+                t(server, mode)
+                print(f"ok   {name} --mode {mode} ({time.time() - t0:.1f}s)", flush=True)
+            except Exception as e:  # report every failure, then fail
+                bad += 1
+                print(f"FAIL {name} --mode {mode}: {type(e).__name__}: {e}", flush=True)
+            finally:
+                signal.alarm(0)
+    print(f"{os.path.basename(server)}: {ran - bad} passed, {bad} failed")
+    sys.exit(1 if bad else 0)
 
 
 def main():
