@@ -104,6 +104,37 @@ struct Block<T> {
 }
 
 impl<T> Block<T> {
+    /// A new block, every slot empty, initialised in place: built by
+    /// value, the 6 KiB block was assembled on the stack and copied into
+    /// the heap. Only what says "empty" is written (`next`, `read`, each
+    /// slot's state); the values stay uninitialised until a push.
+    #[cfg(not(loom))]
+    fn allocate() -> *mut Self {
+        let layout = std::alloc::Layout::new::<Self>();
+        // SAFETY: the layout is `Block`'s, which is not zero-sized.
+        let block = unsafe { std::alloc::alloc(layout) }.cast::<Self>();
+        if block.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: freshly allocated with `Block`'s layout and not shared;
+        // every field but the `MaybeUninit` values is written before the
+        // block is used, through raw pointers (no reference to the
+        // uninitialised memory is made). `Box::from_raw` frees it later
+        // (`retire`, `Drop`): same layout, same global allocator.
+        unsafe {
+            (&raw mut (*block).next).write(AtomicPtr::new(ptr::null_mut()));
+            (&raw mut (*block).read).write(AtomicUsize::new(0));
+            let slots = (&raw mut (*block).slots).cast::<Slot<T>>();
+            for i in 0..BLOCK_CAP {
+                (&raw mut (*slots.add(i)).state).write(AtomicUsize::new(0));
+            }
+        }
+        block
+    }
+
+    /// Under loom the cells and atomics carry loom's tracking state, which
+    /// zeroed memory is not: built by value.
+    #[cfg(loom)]
     fn allocate() -> *mut Self {
         Box::into_raw(Box::new(Block {
             next: AtomicPtr::new(ptr::null_mut()),
@@ -481,6 +512,12 @@ impl<T> Injector<T> {
     /// # Safety
     /// `block` came from `Block::allocate` and nothing else refers to it.
     unsafe fn retire(&self, block: *mut Block<T>) {
+        // No spare slot free: no reset for a block that is freed anyway.
+        if self.spares.iter().all(|spare| !spare.load(Relaxed).is_null()) {
+            // SAFETY: as below.
+            drop(unsafe { Box::from_raw(block) });
+            return;
+        }
         // SAFETY: exclusively owned (the caller's contract).
         unsafe {
             (*block).next.store(ptr::null_mut(), Relaxed);
@@ -495,7 +532,7 @@ impl<T> Injector<T> {
                 return;
             }
         }
-        // SAFETY: as above; allocated by `Block::allocate`'s Box.
+        // SAFETY: as above; `Block::allocate` allocated it with `Block`'s layout.
         drop(unsafe { Box::from_raw(block) });
     }
 }
