@@ -1,6 +1,7 @@
 # mk/cpp.mk: the C++ header include/wspool.hpp (issue 27).
 #
-#   make cpp-examples   examples-cpp/bin/{hello,http_beast} (Boost.Beast server on wspool's executor)
+#   make cpp-examples   examples-cpp/bin/{hello,http_beast} (Boost.Beast server, C++20: Asio coroutines
+#                       awaiting wspool::async_run)
 #   make test-cpp       tests/cpp plain, under ASan+UBSan and under TSan (test_wspool, test_request,
 #                       test_asio, test_coro: C++20 coroutines and wspool::async_run),
 #                       allocations per small task (test_alloc, plain), the Beast server driven by
@@ -72,9 +73,10 @@ $(eval $(call cpp_prog,$(CPP_BIN)/test_coro_tsan,tests/cpp/test_coro.cpp,$(CPP20
 $(eval $(call cpp_prog,$(CPP_BIN)/test_alloc,tests/cpp/test_alloc.cpp,-O2))
 $(eval $(call cpp_prog,$(CPP_BIN)/flood_cpp,tests/cpp/flood_cpp.cpp,-O2))
 $(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/hello,examples-cpp/hello.cpp,-O2))
-$(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/http_beast,examples-cpp/http_beast.cpp,-O2,$(CPP_BEAST_HDRS)))
-$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_asan,examples-cpp/http_beast.cpp,$(CPP_ASAN),$(CPP_BEAST_HDRS)))
-$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_tsan,examples-cpp/http_beast.cpp,$(CPP_TSAN),$(CPP_BEAST_HDRS)))
+# The Beast server's connections are Asio coroutines: C++20.
+$(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/http_beast,examples-cpp/http_beast.cpp,$(CPP20) -O2,$(CPP_BEAST_HDRS)))
+$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_asan,examples-cpp/http_beast.cpp,$(CPP20) $(CPP_ASAN),$(CPP_BEAST_HDRS)))
+$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_tsan,examples-cpp/http_beast.cpp,$(CPP20) $(CPP_TSAN),$(CPP_BEAST_HDRS)))
 
 cpp-examples: c-lib $(CPP_EXAMPLE_BIN)/hello $(CPP_EXAMPLE_BIN)/http_beast
 
