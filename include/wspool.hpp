@@ -10,6 +10,9 @@
 //   pool.post([] { work(); });        // fire and forget
 //   wspool::parallel_for(pool, 0, n, 1024, [&](size_t i) { a[i] += 1; });
 //   asio::post(pool.get_executor(), handler);   // Networking-TS executor
+//   int r = co_await pool.run(f);     // C++20: resumes where the task ran
+//   int r = co_await wspool::async_run(pool, f, asio::use_awaitable);  // resumes on the
+//                                     // coroutine's executor (include Asio before this header)
 //
 // Exceptions never cross into the library: every function the library calls
 // (task, on_cancel, thread hook, completion-queue work/done/signal) is a
@@ -1746,7 +1749,7 @@ auto pool::run_with(const options& o, F&& f, A&&... a) {
 // wspool::async_run, an Asio initiating function: compiled when Boost.Asio
 // was included before this header (include <boost/asio.hpp> first; including
 // wspool.hpp again after it works too).
-#if defined(BOOST_ASIO_VERSION) && defined(WSPOOL_HPP) && !defined(WSPOOL_HPP_ASIO)
+#if defined(BOOST_ASIO_VERSION) && defined(WSPOOL_HPP) && WSPOOL_HPP_STD >= 201703L && !defined(WSPOOL_HPP_ASIO)
 #define WSPOOL_HPP_ASIO 1
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -1842,8 +1845,9 @@ auto async_run(pool& p, const wspool_submit_opts& o, cancel_handle* c, F&& f, To
 /// (WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN) when the pool refused it. The
 /// handler runs on its associated executor (asio::use_awaitable: the
 /// coroutine's; asio::bind_executor(ex, ...): ex), dispatched there, with
-/// work kept on that executor until then; a handler without one runs on the
-/// thread that finished the task (a pool thread), and a refusal throws from
+/// work kept on that executor until then; a handler without one (or bound
+/// to the pool's own executor) runs on the thread that finished the task (a
+/// pool thread, or the one that cancelled it), and a refusal throws from
 /// async_run, as pool.post does. Any completion token:
 ///
 ///   int v = co_await wspool::async_run(pool, [] { return 42; }, asio::use_awaitable);
