@@ -1681,7 +1681,8 @@ struct then_node {
 // -------------------------------------------------------- C++20 coroutines --
 
 /// What pool.run(f) returns: `co_await` it (once) from any coroutine. The
-/// task is submitted when awaited, with the awaitable's options; the
+/// task is submitted when awaited, with the awaitable's options (so an
+/// options::label string must live until then; a literal does); the
 /// coroutine resumes on the pool thread that ran it (or on the thread that
 /// dropped it unrun) with its value, or rethrows what it threw:
 /// wspool::task_cancelled / wspool::task_expired when it was dropped unrun
