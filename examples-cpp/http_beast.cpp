@@ -1,6 +1,7 @@
-// http_beast.cpp: a Boost.Beast HTTP/1.1 keep-alive server whose handlers run
-// on wspool through its Boost.Asio executor (include/wspool.hpp), with the
-// endpoints of the C HTTP examples (examples-c/http_common.h):
+// http_beast.cpp (C++20): a Boost.Beast HTTP/1.1 keep-alive server whose
+// connections are Asio coroutines that await their handlers on wspool with
+// wspool::async_run (include/wspool.hpp), with the endpoints of the C HTTP
+// examples (examples-c/http_common.h):
 //
 //   /ping          "pong"
 //   /work?n=N      N rounds of splitmix64, the digest in hex (N <= 100000000);
@@ -13,10 +14,13 @@
 //   http_beast [--port P] [--threads N] [--mode pool|inline|threads] [--spin-us U]
 //              [--plain] [--work-deadline-ms D] [--sleep-lane N]
 //
-// One io_context thread (the loop) accepts, reads and writes. A request's
-// handler runs, by --mode:
-//   pool     on wspool (default), the response going back to the loop with
-//            asio::post(ioc, ...). Per request, as the C examples do (issue 29):
+// One io_context thread (the loop) accepts, reads and writes: a coroutine per
+// connection reads a request, awaits its handler's answer and writes it. A
+// request's handler runs, by --mode:
+//   pool     on wspool (default): `co_await wspool::async_run(pool, options,
+//            handler, asio::use_awaitable)` resumes on the loop with the
+//            body, or with wspool::task_expired / task_cancelled when it was
+//            dropped unrun. Per request, as the C examples do:
 //            /ping at wspool::priority::high, /work with its deadline
 //            (?deadline_ms, else --work-deadline-ms; none by default), the
 //            pool's deadline being the due time less a learnt reserve
@@ -24,13 +28,13 @@
 //            /sleep in a wspool::lane of
 //            --sleep-lane (default 2: at most 2 sleep at once, the rest wait
 //            without a thread). A client that hangs up while its /work or
-//            /sleep is queued gets that work cancelled (wspool::task::cancel):
+//            /sleep is queued gets that work cancelled (wspool::cancel_handle):
 //            the loop watches the socket while the request is out.
 //            --plain: none of that, every handler through
-//            asio::post(pool.get_executor(), ...), the Asio executor
+//            wspool::async_run(pool, handler, asio::use_awaitable)
 //   inline   on the loop itself (a /sleep stalls every connection meanwhile)
 //   threads  on a plain std::thread pool of --threads threads (mutex + condvar
-//            queue), the response posted back the same way
+//            queue), awaited the same way (its async_run written by hand)
 // --threads is also the pool's min_threads (Fixed growth is not used: a
 // blocking region gets its lent thread). Prints "listening on PORT" once
 // ready. SIGINT/SIGTERM: stops accepting, closes idle connections, lets the
@@ -38,12 +42,14 @@
 // "http_beast: exit: requests=.. submitted=.. done=.. cancelled=.." on stderr
 // and exits 3 if a submitted request's ending (its response, its expiry or
 // its cancellation) never came back to the loop.
-#include "wspool.hpp"
-#include "../examples-c/http_deadline.h"
+#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include "wspool.hpp"  // after Asio: with wspool::async_run
+#include "../examples-c/http_deadline.h"
 
 #include <condition_variable>
 #include <csignal>
@@ -192,6 +198,25 @@ public:
         }
         c_.notify_one();
     }
+    /// f() on one of the threads, its string to the handler on the handler's
+    /// executor: what wspool::async_run does, written by hand for this
+    /// baseline (std::function copies, so the handler is shared).
+    template <class Token>
+    auto async_run(std::function<std::string()> f, Token&& token) {
+        return asio::async_initiate<Token, void(std::string)>(
+            [this](auto handler, std::function<std::string()> f) {
+                using H = decltype(handler);
+                struct op {
+                    asio::executor_work_guard<asio::associated_executor_t<H>> work;
+                    H handler;
+                };
+                auto o = std::make_shared<op>(op{asio::make_work_guard(asio::get_associated_executor(handler)), std::move(handler)});
+                post([o, f = std::move(f)] {
+                    asio::post(o->work.get_executor(), [o, body = f()]() mutable { std::move(o->handler)(std::move(body)); });
+                });
+            },
+            token, std::move(f));
+    }
 
 private:
     void loop() {
@@ -216,53 +241,21 @@ private:
 
 enum class mode { pool, inline_, threads };
 
-/// What a request handed off the loop came to, back on the loop.
-enum class ending { ran, expired, cancelled };
-
 struct options {
     mode m = mode::pool;
-    bool plain = false;           // no priority, deadline or lane
+    bool plain = false;           // no priority, deadline, lane or cancellation
     unsigned work_deadline_ms = 0;  // /work's deadline unless the request names one; 0: none
     unsigned sleep_lane = 2;        // /sleep's lane limit; 0: no lane
 };
 
 struct server;
 
-/// A request's way back to the loop, carried inside its handler: send() posts
-/// the answer; a reply destroyed unsent (the handler dropped unrun: its
-/// deadline passed, or the loop cancelled it for a client that hung up) posts
-/// that ending instead (wspool::cancel_reason tells which). The loop hears
-/// once either way, and the work guard keeps ioc.run() going until it has.
-class reply {
-public:
-    using done_fn = std::function<void(ending, std::string)>;
-    reply(asio::io_context& ioc, done_fn done) : ioc_(&ioc), done_(std::move(done)), guard_(asio::make_work_guard(ioc)) {}
-    reply(reply&& o) noexcept : ioc_(std::exchange(o.ioc_, nullptr)), done_(std::move(o.done_)), guard_(std::move(o.guard_)) {}
-    reply(const reply&) = delete;
-    ~reply() {
-        if (ioc_)
-            back(wspool::cancel_reason() == wspool::task_state::expired ? ending::expired : ending::cancelled, "");
-    }
-    void send(std::string body) { back(ending::ran, std::move(body)); }
-
-private:
-    void back(ending e, std::string body) {
-        asio::io_context* ioc = std::exchange(ioc_, nullptr);
-        asio::post(*ioc, [e, d = std::move(done_), body = std::move(body), g = std::move(guard_)]() mutable {
-            C.done++;
-            if (e == ending::expired) C.expired++;
-            d(e, std::move(body));
-        });
-    }
-    asio::io_context* ioc_;
-    done_fn done_;
-    asio::executor_work_guard<asio::io_context::executor_type> guard_;
-};
-
+/// A connection: one coroutine on the loop (serve) reads a request, awaits its
+/// answer, writes it, and reads the next.
 class session : public std::enable_shared_from_this<session> {
 public:
     session(tcp::socket s, server& srv) : sock_(std::move(s)), srv_(srv) {}
-    void start();
+    static asio::awaitable<void> serve(std::shared_ptr<session> self);
     void close() {
         beast::error_code ec;
         sock_.shutdown(tcp::socket::shutdown_both, ec);
@@ -270,10 +263,15 @@ public:
     }
 
 private:
-    void read();
-    void on_request();
+    struct answer {
+        unsigned status = 200;
+        std::string body;
+        const char* type = "text/plain";
+        uint64_t due_ns = 0;  // /work with a deadline: when it was due (0: none)
+    };
+    asio::awaitable<bool> handle(job j);
+    std::string metrics() const;
     void watch_for_hang_up(unsigned request);
-    void respond(unsigned status, std::string body, const char* type = "text/plain", uint64_t due_ns = 0);
     tcp::socket sock_;
     server& srv_;
     beast::flat_buffer buf_;
@@ -281,7 +279,8 @@ private:
     http::response<http::string_body> res_;
     bool busy_ = false;  // a request in flight: not idle, not closed at shutdown
     unsigned requests_ = 0;
-    wspool::task<void> queued_;  // the request in flight's handler, cancelled if its client hangs up
+    answer answer_;                 // what handle() answered
+    wspool::cancel_handle queued_;  // the request in flight's handler, cancelled if its client hangs up
     friend struct server;
 };
 
@@ -306,7 +305,7 @@ struct server {
             s.set_option(tcp::no_delay(true));
             auto sp = std::make_shared<session>(std::move(s), *this);
             sessions.insert(sp);
-            sp->start();
+            asio::co_spawn(ioc, session::serve(sp), asio::detached);
             accept();
         });
     }
@@ -320,34 +319,24 @@ struct server {
         return http_work_due_ns(j.start_ns, work_deadline_ms(j));
     }
 
-    // Runs j off the loop (or on it, inline), then `done(ending, body)` on the
-    // loop, once. Returns the handler's task when it can be cancelled.
-    wspool::task<void> offload(const job& j, reply::done_fn done) {
-        if (opt.m == mode::inline_) {
-            done(ending::ran, run_job(j));
-            return {};
-        }
-        C.submitted++;
-        auto handler = [j, r = reply(ioc, std::move(done))]() mutable { r.send(run_job(j)); };
-        if (opt.m == mode::threads) {  // its queue holds std::function, which copies: share the handler
-            threads->post([h = std::make_shared<decltype(handler)>(std::move(handler))] { (*h)(); });
-            return {};
-        }
-        if (opt.plain) {
-            asio::post(pool.get_executor(), std::move(handler));
-            return {};
-        }
-        switch (j.k) {
-        case kind::ping:  // never cancelled: answered before anyone could
-            pool.post_with(wspool::options().priority(wspool::priority::high), std::move(handler));
-            return {};
-        case kind::work: {
-            wspool::options o;
+    /// Whether j's handler can be cancelled while it waits (its client hung up).
+    bool cancellable(const job& j) const { return opt.m == mode::pool && !opt.plain && j.k != kind::ping; }
+
+    // j's handler, run off the loop as --mode says; back on the loop with its
+    // body, or wspool::task_expired / task_cancelled when it was dropped unrun.
+    asio::awaitable<void> off_loop(const job& j, wspool::cancel_handle& h, std::string& body) {
+        auto handler = [j] { return run_job(j); };
+        wspool::options o;
+        if (opt.m == mode::threads)
+            body = co_await threads->async_run(handler, asio::use_awaitable);
+        else if (opt.plain)
+            body = co_await wspool::async_run(pool, handler, asio::use_awaitable);
+        else if (j.k == kind::ping)  // never cancelled: answered before anyone could
+            body = co_await wspool::async_run(pool, o.priority(wspool::priority::high), handler, asio::use_awaitable);
+        else {
             if (j.due_ns) o.deadline_ns(http_work_start_by_ns(j.due_ns, work_deadline_ms(j)));
-            return pool.submit_with(o, std::move(handler));
-        }
-        default:
-            return sleep_lane ? sleep_lane->submit(std::move(handler)) : pool.submit(std::move(handler));
+            if (j.k == kind::sleep && sleep_lane) o.lane(*sleep_lane);
+            body = co_await wspool::async_run(pool, o, h, handler, asio::use_awaitable);
         }
     }
 
@@ -362,29 +351,79 @@ struct server {
     }
 };
 
-void session::start() {
+asio::awaitable<void> session::serve(std::shared_ptr<session> self) {
     beast::error_code ec;
-    sock_.non_blocking(true, ec);  // for the hang-up check's peek; Asio's own operations don't mind
-    read();
+    self->sock_.non_blocking(true, ec);  // for the hang-up check's peek; Asio's own operations don't mind
+    for (;;) {
+        self->req_ = {};
+        co_await http::async_read(self->sock_, self->buf_, self->req_, asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) break;
+        if (!co_await self->handle(route(self->req_.target()))) break;  // its client is gone
+        answer& a = self->answer_;
+        http::response<http::string_body>& res = self->res_;
+        res = {static_cast<http::status>(a.status), self->req_.version()};
+        res.set(http::field::content_type, a.type);
+        res.keep_alive(self->req_.keep_alive() && !self->srv_.stopping);
+        res.body() = std::move(a.body);
+        res.prepare_payload();
+        co_await http::async_write(self->sock_, res, asio::redirect_error(asio::use_awaitable, ec));
+        // Once written, a /work reply with a deadline teaches the deadline reserve (http_learn_reserve).
+        if (!ec && http_learn_reserve(a.due_ns)) C.answered_late++;
+        if (ec || !res.keep_alive()) break;
+    }
+    self->close();
+    self->srv_.sessions.erase(self);
 }
 
-void session::read() {
-    req_ = {};
-    auto self = shared_from_this();
-    http::async_read(sock_, buf_, req_, [self](beast::error_code ec, std::size_t) {
-        if (ec) {
-            self->close();
-            self->srv_.sessions.erase(self);
-            return;
-        }
-        self->on_request();
-    });
+// The answer to a request in answer_; false when its client hung up meanwhile.
+asio::awaitable<bool> session::handle(job j) {
+    C.requests++;
+    auto stamp = req_.find("X-Request-Start");
+    if (stamp != req_.end()) j.start_ns = http_request_start_ns(stamp->value().data(), stamp->value().size());
+    j.due_ns = srv_.due_ns(j);
+    switch (j.k) {
+    case kind::metrics:
+        answer_ = {200, metrics(), "application/openmetrics-text; version=1.0.0; charset=utf-8"};
+        co_return true;
+    case kind::bad:
+        answer_ = {400, "bad query\n"};
+        co_return true;
+    case kind::not_found:
+        answer_ = {404, "not found\n"};
+        co_return true;
+    default:
+        break;
+    }
+    answer_ = {200, "", "text/plain", j.due_ns};
+    if (srv_.opt.m == mode::inline_) {
+        answer_.body = run_job(j);
+        co_return true;
+    }
+    C.submitted++;
+    busy_ = true;
+    unsigned request = ++requests_;
+    if (srv_.cancellable(j)) watch_for_hang_up(request);  // it fires once this coroutine waits
+    bool answered = true;
+    try {
+        co_await srv_.off_loop(j, queued_, answer_.body);
+    } catch (const wspool::task_expired&) {
+        C.expired++;
+        answer_ = {503, "expired\n"};
+    } catch (const wspool::task_cancelled&) {
+        answered = false;  // its client is gone
+    }
+    C.done++;
+    busy_ = false;
+    queued_.reset();
+    beast::error_code ec;
+    sock_.cancel(ec);  // the hang-up watch, if any
+    co_return answered;
 }
 
 // While request `request` is out, the loop still listens: end of stream (or a
 // reset) means the client is gone, and a handler that has not started is
-// cancelled (its reply then reports the cancellation). Bytes of a pipelined
-// request wait for this answer, unread.
+// cancelled (its await then ends in wspool::task_cancelled). Bytes of a
+// pipelined request wait for this answer, unread.
 void session::watch_for_hang_up(unsigned request) {
     auto self = shared_from_this();
     sock_.async_wait(tcp::socket::wait_read, [self, request](beast::error_code ec) {
@@ -398,87 +437,30 @@ void session::watch_for_hang_up(unsigned request) {
     });
 }
 
-void session::on_request() {
-    C.requests++;
-    job j = route(req_.target());
-    auto stamp = req_.find("X-Request-Start");
-    if (stamp != req_.end()) j.start_ns = http_request_start_ns(stamp->value().data(), stamp->value().size());
-    j.due_ns = srv_.due_ns(j);
-    switch (j.k) {
-    case kind::metrics: {
-        std::string text = srv_.pool.openmetrics();
-        text.resize(text.size() - 6);  // "# EOF\n": ours go before it
-        const struct {
-            const char* name;
-            const char* help;
-            unsigned long long v;
-        } fam[] = {{"http_requests", "HTTP requests parsed.", C.requests.load()},
-                   {"http_submitted", "Requests handed off the loop (pool or threads).", C.submitted.load()},
-                   {"http_done", "Endings back on the loop (one per submitted request: answered, expired or cancelled).",
-                    C.done.load()},
-                   {"http_expired", "Requests answered 503 because their work had not started by its deadline.",
-                    C.expired.load()},
-                   {"http_cancelled_client_gone", "Queued handlers cancelled because their client hung up.",
-                    C.cancelled_client_gone.load()},
-                   {"http_answered_late", "/work replies written after their due time, by the server's clock.",
-                    C.answered_late.load()},
-                   {"http_sleep_max_concurrent", "The most /sleep handlers sleeping at once.",
-                    C.sleep_max_concurrent.load()}};
-        for (auto& f : fam)
-            text += std::string("# TYPE ") + f.name + " counter\n# HELP " + f.name + " " + f.help + "\n" + f.name +
-                    "_total " + std::to_string(f.v) + "\n";
-        text += "# EOF\n";
-        respond(200, std::move(text), "application/openmetrics-text; version=1.0.0; charset=utf-8");
-        return;
-    }
-    case kind::bad:
-        respond(400, "bad query\n");
-        return;
-    case kind::not_found:
-        respond(404, "not found\n");
-        return;
-    default:
-        break;
-    }
-    busy_ = true;
-    unsigned request = ++requests_;
-    queued_ = srv_.offload(j, [self = shared_from_this(), due = j.due_ns](ending e, std::string body) {
-        self->busy_ = false;
-        self->queued_ = {};
-        beast::error_code ec;
-        self->sock_.cancel(ec);  // the hang-up watch, if any
-        if (e == ending::cancelled) {  // its client is gone
-            self->close();
-            self->srv_.sessions.erase(self);
-        } else if (e == ending::expired) {
-            self->respond(503, "expired\n");
-        } else {
-            self->respond(200, std::move(body), "text/plain", due);
-        }
-    });
-    if (busy_ && queued_.valid()) watch_for_hang_up(request);
-}
-
-// due_ns: when the answer to a /work request with a deadline is due (0: none); its reply, once
-// written, teaches the deadline reserve (http_learn_reserve).
-void session::respond(unsigned status, std::string body, const char* type, uint64_t due_ns) {
-    res_ = {};
-    res_.version(req_.version());
-    res_.result(status);
-    res_.set(http::field::content_type, type);
-    res_.keep_alive(req_.keep_alive() && !srv_.stopping);
-    res_.body() = std::move(body);
-    res_.prepare_payload();
-    auto self = shared_from_this();
-    http::async_write(sock_, res_, [self, due_ns](beast::error_code ec, std::size_t) {
-        if (!ec && http_learn_reserve(due_ns)) C.answered_late++;
-        if (ec || !self->res_.keep_alive()) {
-            self->close();
-            self->srv_.sessions.erase(self);
-            return;
-        }
-        self->read();
-    });
+std::string session::metrics() const {
+    std::string text = srv_.pool.openmetrics();
+    text.resize(text.size() - 6);  // "# EOF\n": ours go before it
+    const struct {
+        const char* name;
+        const char* help;
+        unsigned long long v;
+    } fam[] = {{"http_requests", "HTTP requests parsed.", C.requests.load()},
+               {"http_submitted", "Requests handed off the loop (pool or threads).", C.submitted.load()},
+               {"http_done", "Endings back on the loop (one per submitted request: answered, expired or cancelled).",
+                C.done.load()},
+               {"http_expired", "Requests answered 503 because their work had not started by its deadline.",
+                C.expired.load()},
+               {"http_cancelled_client_gone", "Queued handlers cancelled because their client hung up.",
+                C.cancelled_client_gone.load()},
+               {"http_answered_late", "/work replies written after their due time, by the server's clock.",
+                C.answered_late.load()},
+               {"http_sleep_max_concurrent", "The most /sleep handlers sleeping at once.",
+                C.sleep_max_concurrent.load()}};
+    for (auto& f : fam)
+        text += std::string("# TYPE ") + f.name + " counter\n# HELP " + f.name + " " + f.help + "\n" + f.name +
+                "_total " + std::to_string(f.v) + "\n";
+    text += "# EOF\n";
+    return text;
 }
 
 }  // namespace

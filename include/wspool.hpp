@@ -10,6 +10,9 @@
 //   pool.post([] { work(); });        // fire and forget
 //   wspool::parallel_for(pool, 0, n, 1024, [&](size_t i) { a[i] += 1; });
 //   asio::post(pool.get_executor(), handler);   // Networking-TS executor
+//   int r = co_await pool.run(f);     // C++20: resumes where the task ran
+//   int r = co_await wspool::async_run(pool, f, asio::use_awaitable);  // resumes on the
+//                                     // coroutine's executor (include Asio before this header)
 //
 // Exceptions never cross into the library: every function the library calls
 // (task, on_cancel, thread hook, completion-queue work/done/signal) is a
@@ -82,6 +85,13 @@ using namespace capi;
 #include <utility>
 #include <variant>
 #include <vector>
+
+// C++20 coroutines (pool.run, below): with -std=c++20 or later and a compiler
+// that implements them. C++17 code sees none of it.
+#if WSPOOL_HPP_STD >= 202002L && defined(__cpp_impl_coroutine) && __has_include(<coroutine>)
+#include <coroutine>
+#define WSPOOL_HPP_CORO 1
+#endif
 
 #if defined(__GNUG__) && __has_include(<cxxabi.h>)
 #include <cxxabi.h>
@@ -759,6 +769,44 @@ private:
     detail::task_state_base<T>* s_ = nullptr;
 };
 
+/// A handle that can cancel a submission while it waits, and read its state
+/// (wspool::async_run with one, completion_queue::submit_cancellable as a
+/// cq_task). Move-only; destroying it leaves the submission as it is (its
+/// completion still comes, once).
+class cancel_handle {
+public:
+    cancel_handle() noexcept = default;
+    explicit cancel_handle(wspool_task* h) noexcept : h_(h) {}
+    cancel_handle(cancel_handle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+    cancel_handle& operator=(cancel_handle&& o) noexcept {
+        if (this != &o) {
+            wspool_task_release(h_);
+            h_ = std::exchange(o.h_, nullptr);
+        }
+        return *this;
+    }
+    cancel_handle(const cancel_handle&) = delete;
+    cancel_handle& operator=(const cancel_handle&) = delete;
+    ~cancel_handle() { wspool_task_release(h_); }
+
+    bool valid() const noexcept { return h_ != nullptr; }
+    /// true when this call dropped the work unrun: its completion then reports
+    /// wspool::task_cancelled. false once the work started (it completes as
+    /// usual), after it expired, or when it was cancelled already.
+    bool cancel() { return h_ && detail::cancel_task(h_); }
+    /// The work's state; the completion may come a moment before it reads done.
+    task_state state() const {
+        if (!h_) throw error(WSPOOL_EINVAL, "wspool::cancel_handle: no handle");
+        return detail::state_of(h_);
+    }
+    /// Releases the handle now (the submission is left as it is).
+    void reset() noexcept { wspool_task_release(std::exchange(h_, nullptr)); }
+    wspool_task* native_handle() const noexcept { return h_; }
+
+private:
+    wspool_task* h_ = nullptr;
+};
+
 namespace detail {
 template <class F>
 auto submit_on(capi::wspool* p, const wspool_submit_opts* opts, F&& f) -> task<std::invoke_result_t<std::decay_t<F>&>> {
@@ -839,6 +887,17 @@ public:
     auto submit_with(const options& o, F&& f, A&&... a) {
         return detail::submit_on(p_, &o.raw(), detail::bind(std::forward<F>(f), std::forward<A>(a)...));
     }
+
+#if WSPOOL_HPP_CORO
+    /// C++20: `co_await pool.run(f, args...)` runs f(args...) on the pool and
+    /// gives its result, or rethrows what it threw (wspool::task_cancelled
+    /// when it was dropped unrun; wspool::error when the pool refused it).
+    /// Submitted when awaited; see wspool::run_awaitable.
+    template <class F, class... A>
+    auto run(F&& f, A&&... a);
+    template <class F, class... A>
+    auto run_with(const options& o, F&& f, A&&... a);
+#endif
 
     /// Refuses new tasks, then drains or cancels; false on timeout (the shutdown carries on).
     /// From one of the pool's own tasks it cannot wait for itself: it begins the shutdown and
@@ -1386,38 +1445,13 @@ struct detail_cq_node {
 enum class cq_signal { high_water = WSPOOL_CQ_SIGNAL_HIGH_WATER, low_water = WSPOOL_CQ_SIGNAL_LOW_WATER,
                        overloaded = WSPOOL_CQ_SIGNAL_OVERLOADED, recovered = WSPOOL_CQ_SIGNAL_RECOVERED };
 
-/// A completion-queue submission's handle (completion_queue::submit_cancellable).
-/// Move-only; destroying it leaves the submission as it is (its done still runs once).
-class cq_task {
+/// A completion-queue submission's handle (completion_queue::submit_cancellable):
+/// cancel() before the work starts, and done gets a cancelled() outcome at the
+/// next drain. Move-only; destroying it leaves the submission as it is (its
+/// done still runs once).
+class cq_task : public cancel_handle {
 public:
-    cq_task() noexcept = default;
-    explicit cq_task(wspool_task* h) noexcept : h_(h) {}
-    cq_task(cq_task&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-    cq_task& operator=(cq_task&& o) noexcept {
-        if (this != &o) {
-            wspool_task_release(h_);
-            h_ = std::exchange(o.h_, nullptr);
-        }
-        return *this;
-    }
-    cq_task(const cq_task&) = delete;
-    cq_task& operator=(const cq_task&) = delete;
-    ~cq_task() { wspool_task_release(h_); }
-
-    bool valid() const noexcept { return h_ != nullptr; }
-    /// true when this call dropped the work unrun: its done gets a cancelled()
-    /// outcome at the next drain. false once the work started (done reports
-    /// it as usual), after it expired, or when it was cancelled already.
-    bool cancel() { return h_ && detail::cancel_task(h_); }
-    /// The work's state; done may run a moment before it reads done.
-    task_state state() const {
-        if (!h_) throw error(WSPOOL_EINVAL, "wspool::cq_task: no handle");
-        return detail::state_of(h_);
-    }
-    wspool_task* native_handle() const noexcept { return h_; }
-
-private:
-    wspool_task* h_ = nullptr;
+    using cancel_handle::cancel_handle;
 };
 
 /// Completion-queue options (wspool_cq_opts) with callables for wake and signals.
@@ -1563,7 +1597,277 @@ private:
     std::exception_ptr done_error_;  // the draining thread's only
 };
 
+// ------------------------------------------------------- continuations --
+
+namespace detail {
+/// What a task came to, handed to its continuation: a value, or the
+/// exception to rethrow (the task's own, task_cancelled / task_expired when
+/// it was dropped unrun, an error when the pool refused it).
+template <class T>
+struct result {
+    std::exception_ptr error;
+    std::optional<std::conditional_t<std::is_void_v<T>, std::monostate, T>> value;
+    T get() {
+        if (error) std::rethrow_exception(error);
+        if constexpr (!std::is_void_v<T>) return std::move(*value);
+    }
+};
+
+/// The exception throw_status(st, call) throws, as a value.
+inline std::exception_ptr status_error(int st, const char* call) noexcept {
+    try {
+        throw_status(st, call);
+    } catch (...) {
+        return std::current_exception();
+    }
+}
+
+/// A task whose ending goes to a continuation `then(result<T>&&)`, called
+/// once, with the node already freed (the callable destroyed): on the worker
+/// that ran the task, or in on_cancel on the thread that dropped it.
+template <class T, class F, class Then>
+struct then_node {
+    const capi::wspool* pool;
+    std::optional<F> fn;
+    Then then;
+    template <class G, class H>
+    then_node(const capi::wspool* p, G&& g, H&& h) : pool(p), fn(std::in_place, std::forward<G>(g)), then(std::forward<H>(h)) {}
+    static void run(void* arg) noexcept {
+        auto* n = static_cast<then_node*>(arg);
+        running_on on(n->pool);
+        result<T> r;
+        try {
+            if constexpr (std::is_void_v<T>) {
+                std::invoke(*n->fn);
+                r.value.emplace();
+            } else {
+                r.value.emplace(std::invoke(*n->fn));
+            }
+        } catch (...) {
+            r.error = std::current_exception();
+        }
+        finish(n, std::move(r));
+    }
+    static void cancelled(void* arg) noexcept {
+        result<T> r;
+#ifdef WSPOOL_EEXPIRED
+        if (wspool_cancel_reason() == WSPOOL_TASK_EXPIRED) r.error = status_error(WSPOOL_EEXPIRED, "wspool");
+#endif
+        if (!r.error) r.error = status_error(WSPOOL_ECANCELLED, "wspool");
+        finish(static_cast<then_node*>(arg), std::move(r));  // the callable dies here, as cancel_reason() says
+    }
+    static void finish(then_node* n, result<T>&& r) noexcept {
+        Then t(std::move(n->then));
+        free_node(n);
+        std::move(t)(std::move(r));
+    }
+    /// Submits f with `then` after it; refused: returns the status with the
+    /// node freed (nothing ran) and `then` moved back into *back.
+    template <class G, class H>
+    static int submit(capi::wspool* p, wspool_submit_opts o, wspool_task** handle, G&& g, H&& h, std::optional<Then>* back) {
+        then_node* n = make_node<then_node>(p, std::forward<G>(g), std::forward<H>(h));
+        o.on_cancel = &cancelled;
+        int st = wspool_submit_ex(p, &run, n, &o, handle);
+        if (st != WSPOOL_OK) {
+            if (back) back->emplace(std::move(n->then));
+            free_node(n);
+        }
+        return st;
+    }
+};
+}  // namespace detail
+
+#if WSPOOL_HPP_CORO
+// -------------------------------------------------------- C++20 coroutines --
+
+/// What pool.run(f) returns: `co_await` it (once) from any coroutine. The
+/// task is submitted when awaited, with the awaitable's options (so an
+/// options::label string must live until then; a literal does); the
+/// coroutine resumes on the pool thread that ran it (or on the thread that
+/// dropped it unrun) with its value, or rethrows what it threw:
+/// wspool::task_cancelled / wspool::task_expired when it was dropped unrun
+/// (cancelled by a CANCEL shutdown, or its deadline passed), wspool::error
+/// (WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN) when the pool refused it, as
+/// pool.submit throws. Allocates what pool.post does (one recycled node),
+/// nothing more. In a Boost.Asio coroutine, await wspool::async_run instead:
+/// it resumes on the coroutine's executor.
+template <class T, class F>
+class run_awaitable {
+public:
+    template <class G>
+    run_awaitable(capi::wspool* p, const wspool_submit_opts& o, G&& g) : pool_(p), opts_(o), fn_(std::forward<G>(g)) {}
+    run_awaitable(run_awaitable&&) = default;
+    run_awaitable& operator=(run_awaitable&&) = delete;
+
+    bool await_ready() const noexcept { return false; }
+    /// Throws (and the coroutine goes on with that exception at once) when refused.
+    void await_suspend(std::coroutine_handle<> h) {
+        h_ = h;
+        int st = node::submit(pool_, opts_, nullptr, std::move(fn_), resume{this}, nullptr);
+        // Accepted: the coroutine may be running again already; touch nothing.
+        if (st != WSPOOL_OK) detail::throw_status(st, "wspool::pool::run");
+    }
+    T await_resume() { return r_.get(); }
+
+private:
+    struct resume {
+        run_awaitable* self;
+        void operator()(detail::result<T>&& r) && noexcept {
+            self->r_ = std::move(r);
+            self->h_.resume();
+        }
+    };
+    using node = detail::then_node<T, F, resume>;
+    capi::wspool* pool_;
+    wspool_submit_opts opts_;
+    F fn_;
+    std::coroutine_handle<> h_;
+    detail::result<T> r_;
+};
+
+template <class F, class... A>
+auto pool::run(F&& f, A&&... a) {
+    return run_with(options(), std::forward<F>(f), std::forward<A>(a)...);
+}
+template <class F, class... A>
+auto pool::run_with(const options& o, F&& f, A&&... a) {
+    auto b = detail::bind(std::forward<F>(f), std::forward<A>(a)...);
+    using B = decltype(b);
+    using T = std::invoke_result_t<B&>;
+    static_assert(!std::is_reference_v<T>, "wspool::pool::run: a task cannot return a reference (return a pointer)");
+    return run_awaitable<T, B>(p_, o.raw(), std::move(b));
+}
+#endif  // WSPOOL_HPP_CORO
+
 }  // namespace wspool
 
 #endif  // WSPOOL_HPP_STD >= 201703L
 #endif  // WSPOOL_HPP
+
+
+// ---------------------------------------------------------- Boost.Asio --
+//
+// wspool::async_run, an Asio initiating function: compiled when Boost.Asio
+// was included before this header (include <boost/asio.hpp> first; including
+// wspool.hpp again after it works too).
+#if defined(BOOST_ASIO_VERSION) && defined(WSPOOL_HPP) && WSPOOL_HPP_STD >= 201703L && !defined(WSPOOL_HPP_ASIO)
+#define WSPOOL_HPP_ASIO 1
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
+namespace wspool {
+namespace detail {
+template <class T>
+struct run_signature {
+    using type = void(std::exception_ptr, T);
+};
+template <>
+struct run_signature<void> {
+    using type = void(std::exception_ptr);
+};
+
+/// async_run's continuation: the handler, and work on its executor until it ran.
+template <class T, class Handler>
+struct asio_then {
+    using executor_type = boost::asio::associated_executor_t<Handler, ::wspool::executor>;
+    /// The handler has no executor of its own: it runs where the task ended.
+    static constexpr bool inline_ = std::is_same_v<executor_type, ::wspool::executor>;
+    boost::asio::executor_work_guard<executor_type> work;
+    Handler handler;
+    template <class H>
+    asio_then(H&& h, const ::wspool::executor& def)
+        : work(boost::asio::get_associated_executor(h, def)), handler(std::forward<H>(h)) {}
+    void operator()(result<T>&& r) && noexcept { complete(std::move(r), false); }
+    /// posted: never run the handler inside this call (the initiating function's).
+    void complete(result<T>&& r, bool posted) noexcept {
+        auto call = [h = std::move(handler), r = std::move(r)]() mutable {
+            if constexpr (std::is_void_v<T>)
+                std::move(h)(r.error);
+            else
+                std::move(h)(r.error, r.value ? std::move(*r.value) : T());
+        };
+        try {
+            if constexpr (inline_)
+                call();
+            else if (posted)
+                boost::asio::post(work.get_executor(), std::move(call));
+            else
+                boost::asio::dispatch(work.get_executor(), std::move(call));
+        } catch (...) {
+            unhandled(type_name<Handler>());
+        }
+        work.reset();
+    }
+};
+
+template <class T>
+struct initiate_run {
+    pool* p;
+    wspool_submit_opts opts;
+    cancel_handle* handle;
+    template <class Handler, class F>
+    void operator()(Handler&& h, F&& f) const {
+        using Then = asio_then<T, std::decay_t<Handler>>;
+        using N = then_node<T, std::decay_t<F>, Then>;
+        std::optional<Then> back;
+        wspool_task* t = nullptr;
+        int st = N::submit(p->native_handle(), opts, handle ? &t : nullptr, std::forward<F>(f),
+                           Then(std::forward<Handler>(h), p->get_executor()), &back);
+        if (st == WSPOOL_OK) {
+            if (handle) *handle = cancel_handle(t);
+        } else if constexpr (Then::inline_) {
+            throw_status(st, "wspool::async_run");  // as pool.post: no executor to report it on
+        } else {
+            back->complete(result<T>{status_error(st, "wspool::async_run"), {}}, true);
+        }
+    }
+};
+
+template <class F, class Token>
+auto async_run(pool& p, const wspool_submit_opts& o, cancel_handle* c, F&& f, Token&& token) {
+    using T = std::invoke_result_t<std::decay_t<F>&>;
+    static_assert(!std::is_reference_v<T>, "wspool::async_run: a task cannot return a reference (return a pointer)");
+    static_assert(std::is_void_v<T> || std::is_default_constructible_v<T>,
+                  "wspool::async_run: the handler's signature is (std::exception_ptr, T), and T() is what it "
+                  "gets with an exception: a default-constructible T (or co_await pool.run(f) in C++20)");
+    return boost::asio::async_initiate<Token, typename run_signature<T>::type>(initiate_run<T>{&p, o, c}, token,
+                                                                              std::forward<F>(f));
+}
+}  // namespace detail
+
+/// Runs f() on the pool; its completion handler gets (std::exception_ptr e,
+/// T value), or (std::exception_ptr e) for a void f, as asio::co_spawn's:
+/// e is null and value what f returned, or e is what f threw (value T()),
+/// wspool::task_cancelled / task_expired when the task was dropped unrun
+/// (a CANCEL shutdown, cancel_handle::cancel, its deadline), wspool::error
+/// (WSPOOL_EREJECTED, WSPOOL_ESHUTDOWN) when the pool refused it. The
+/// handler runs on its associated executor (asio::use_awaitable: the
+/// coroutine's; asio::bind_executor(ex, ...): ex), dispatched there, with
+/// work kept on that executor until then; a handler without one (or bound
+/// to the pool's own executor) runs on the thread that finished the task (a
+/// pool thread, or the one that cancelled it), and a refusal throws from
+/// async_run, as pool.post does. Any completion token:
+///
+///   int v = co_await wspool::async_run(pool, [] { return 42; }, asio::use_awaitable);
+///   std::future<int> f = wspool::async_run(pool, [] { return 42; }, asio::use_future);
+template <class F, class Token>
+auto async_run(pool& p, F&& f, Token&& token) {
+    return detail::async_run(p, options().raw(), nullptr, std::forward<F>(f), std::forward<Token>(token));
+}
+/// With options: a priority, a deadline, a lane (options().lane(l)), a label.
+template <class F, class Token>
+auto async_run(pool& p, const options& o, F&& f, Token&& token) {
+    return detail::async_run(p, o.raw(), nullptr, std::forward<F>(f), std::forward<Token>(token));
+}
+/// With options, and a handle that can cancel the task while it waits
+/// (`c.cancel()`: its handler then gets wspool::task_cancelled). c is
+/// assigned when the task is submitted; one allocation more.
+template <class F, class Token>
+auto async_run(pool& p, const options& o, cancel_handle& c, F&& f, Token&& token) {
+    return detail::async_run(p, o.raw(), &c, std::forward<F>(f), std::forward<Token>(token));
+}
+}  // namespace wspool
+#endif  // Boost.Asio

@@ -1,8 +1,9 @@
 # mk/cpp.mk: the C++ header include/wspool.hpp (issue 27).
 #
-#   make cpp-examples   examples-cpp/bin/{hello,http_beast} (Boost.Beast server on wspool's executor)
+#   make cpp-examples   examples-cpp/bin/{hello,http_beast} (Boost.Beast server, C++20: Asio coroutines
+#                       awaiting wspool::async_run)
 #   make test-cpp       tests/cpp plain, under ASan+UBSan and under TSan (test_wspool, test_request,
-#                       test_asio),
+#                       test_asio, test_coro: C++20 coroutines and wspool::async_run),
 #                       allocations per small task (test_alloc, plain), the Beast server driven by
 #                       curl / ab / raw sockets (plain in all three modes, ASan+UBSan+LSan and TSan
 #                       with the pool), and an installed copy used through CMake (wspool::wspool_cpp)
@@ -64,19 +65,25 @@ CPP_TESTS := test_wspool test_request test_asio
 $(foreach t,$(CPP_TESTS),$(eval $(call cpp_prog,$(CPP_BIN)/$(t),tests/cpp/$(t).cpp,-O1)))
 $(foreach t,$(CPP_TESTS),$(eval $(call cpp_prog,$(CPP_BIN)/$(t)_asan,tests/cpp/$(t).cpp,$(CPP_ASAN))))
 $(foreach t,$(CPP_TESTS),$(eval $(call cpp_prog,$(CPP_BIN)/$(t)_tsan,tests/cpp/$(t).cpp,$(CPP_TSAN))))
+# C++20: coroutines (pool.run) and wspool::async_run with asio::use_awaitable.
+CPP20 := -std=c++20
+$(eval $(call cpp_prog,$(CPP_BIN)/test_coro,tests/cpp/test_coro.cpp,$(CPP20) -O1))
+$(eval $(call cpp_prog,$(CPP_BIN)/test_coro_asan,tests/cpp/test_coro.cpp,$(CPP20) $(CPP_ASAN)))
+$(eval $(call cpp_prog,$(CPP_BIN)/test_coro_tsan,tests/cpp/test_coro.cpp,$(CPP20) $(CPP_TSAN)))
 $(eval $(call cpp_prog,$(CPP_BIN)/test_alloc,tests/cpp/test_alloc.cpp,-O2))
 $(eval $(call cpp_prog,$(CPP_BIN)/flood_cpp,tests/cpp/flood_cpp.cpp,-O2))
 $(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/hello,examples-cpp/hello.cpp,-O2))
-$(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/http_beast,examples-cpp/http_beast.cpp,-O2,$(CPP_BEAST_HDRS)))
-$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_asan,examples-cpp/http_beast.cpp,$(CPP_ASAN),$(CPP_BEAST_HDRS)))
-$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_tsan,examples-cpp/http_beast.cpp,$(CPP_TSAN),$(CPP_BEAST_HDRS)))
+# The Beast server's connections are Asio coroutines: C++20.
+$(eval $(call cpp_prog,$(CPP_EXAMPLE_BIN)/http_beast,examples-cpp/http_beast.cpp,$(CPP20) -O2,$(CPP_BEAST_HDRS)))
+$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_asan,examples-cpp/http_beast.cpp,$(CPP20) $(CPP_ASAN),$(CPP_BEAST_HDRS)))
+$(eval $(call cpp_prog,$(CPP_BIN)/http_beast_tsan,examples-cpp/http_beast.cpp,$(CPP20) $(CPP_TSAN),$(CPP_BEAST_HDRS)))
 
 cpp-examples: c-lib $(CPP_EXAMPLE_BIN)/hello $(CPP_EXAMPLE_BIN)/http_beast
 
 # Every C++ binary the suites run, compiled side by side first (each is one
 # single-threaded g++, a Beast one ~30 s): on CI's 2 cores that halves the
 # suite's build time; the suites below then find them built.
-CPP_ALL_BINS := $(foreach t,$(CPP_TESTS),$(CPP_BIN)/$(t) $(CPP_BIN)/$(t)_asan $(CPP_BIN)/$(t)_tsan) \
+CPP_ALL_BINS := $(foreach t,$(CPP_TESTS) test_coro,$(CPP_BIN)/$(t) $(CPP_BIN)/$(t)_asan $(CPP_BIN)/$(t)_tsan) \
   $(CPP_BIN)/test_alloc $(CPP_EXAMPLE_BIN)/hello $(CPP_EXAMPLE_BIN)/http_beast \
   $(CPP_BIN)/http_beast_asan $(CPP_BIN)/http_beast_tsan
 cpp-bins: c-lib cpp-deps
@@ -100,23 +107,28 @@ test-cpp-std:
 	  echo "test-cpp-std: -std=$$std fails with one error: $$(grep -o '#error.*' $(CPP_BIN)/include_$$std.log | head -n 1)"; \
 	done
 
-test-cpp-plain: c-lib $(CPP_BIN)/test_wspool $(CPP_BIN)/test_request $(CPP_BIN)/test_asio $(CPP_BIN)/test_alloc \
-                $(CPP_EXAMPLE_BIN)/hello
+test-cpp-plain: c-lib $(CPP_BIN)/test_wspool $(CPP_BIN)/test_request $(CPP_BIN)/test_asio $(CPP_BIN)/test_coro \
+                $(CPP_BIN)/test_alloc $(CPP_EXAMPLE_BIN)/hello
 	$(CPP_BIN)/test_wspool
 	$(CPP_BIN)/test_request
 	$(CPP_BIN)/test_asio
+	$(CPP_BIN)/test_coro
 	$(CPP_BIN)/test_alloc
 	$(CPP_EXAMPLE_BIN)/hello > /dev/null
 
-test-cpp-asan: c-lib $(CPP_BIN)/test_wspool_asan $(CPP_BIN)/test_request_asan $(CPP_BIN)/test_asio_asan
+test-cpp-asan: c-lib $(CPP_BIN)/test_wspool_asan $(CPP_BIN)/test_request_asan $(CPP_BIN)/test_asio_asan \
+               $(CPP_BIN)/test_coro_asan
 	$(CPP_ASAN_ENV) WSPOOL_TEST_SCALE=0.5 $(CPP_BIN)/test_wspool_asan
 	$(CPP_ASAN_ENV) $(CPP_BIN)/test_request_asan
 	$(CPP_ASAN_ENV) $(CPP_BIN)/test_asio_asan
+	$(CPP_ASAN_ENV) $(CPP_BIN)/test_coro_asan
 
-test-cpp-tsan: c-lib $(CPP_BIN)/test_wspool_tsan $(CPP_BIN)/test_request_tsan $(CPP_BIN)/test_asio_tsan
+test-cpp-tsan: c-lib $(CPP_BIN)/test_wspool_tsan $(CPP_BIN)/test_request_tsan $(CPP_BIN)/test_asio_tsan \
+               $(CPP_BIN)/test_coro_tsan
 	$(CPP_TSAN_ENV) WSPOOL_TEST_SCALE=0.5 $(CPP_BIN)/test_wspool_tsan
 	$(CPP_TSAN_ENV) $(CPP_BIN)/test_request_tsan
 	$(CPP_TSAN_ENV) $(CPP_BIN)/test_asio_tsan
+	$(CPP_TSAN_ENV) $(CPP_BIN)/test_coro_tsan
 
 # The Beast server: every mode plain; with the pool under ASan+UBSan+LSan and
 # under TSan (a report makes the server's exit status non-zero, and every

@@ -16,7 +16,9 @@ target/snippets/ and built and run there:
   c       a complete program, compiled with -Wall -Wextra -Werror against
           include/ and target/release/libwspool.so (make c-build), then run.
   cpp     the same as C++17 (g++ -std=c++17 -Wall -Wextra -Werror), with
-          include/wspool.hpp on the include path.
+          include/wspool.hpp on the include path; as C++20 when the line
+          right before its fence is the marker
+              <!-- snippet: c++20 -->
   python  run with the given interpreter (the venv of `make python-install`).
 
 Every run has a time limit. A block that is not meant to run (a signature,
@@ -26,7 +28,8 @@ on the line right before its fence; use it sparingly. Blocks in other
 languages (sh, toml, text, cmake) are not run.
 
 --self-test feeds the checker one broken block per language and fails unless
-each is reported, so a checker that passes everything cannot go unnoticed.
+each is reported, so a checker that passes everything cannot go unnoticed;
+and a valid C++20-only block under the c++20 marker, which must pass.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "target" / "snippets"
 LANGS = {"rust", "c", "cpp", "python"}
 SKIP = re.compile(r"<!--\s*snippet:\s*not-run\s*\((.+)\)\s*-->")
+CXX_STD = re.compile(r"<!--\s*snippet:\s*c\+\+(\d\d)\s*-->")
 FENCE = re.compile(r"^(\s*)```\s*([A-Za-z0-9_+-]*)")
 RUN_TIMEOUT = 120
 
@@ -56,6 +60,7 @@ class Block:
     lang: str
     code: str
     skip: str | None
+    cxx_std: str = "c++17"  # cpp blocks: the -std= they are compiled with
 
     @property
     def name(self) -> str:
@@ -95,8 +100,10 @@ def blocks(path: Path) -> list[Block]:
         i += 1  # the closing fence
         prev = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         sk = SKIP.search(prev)
+        std = CXX_STD.search(prev)
         if lang in LANGS:
-            out.append(Block(path, start + 1, lang, "\n".join(body) + "\n", sk.group(1) if sk else None))
+            out.append(Block(path, start + 1, lang, "\n".join(body) + "\n", sk.group(1) if sk else None,
+                             f"c++{std.group(1)}" if std else "c++17"))
     return out
 
 
@@ -189,7 +196,7 @@ def check_cpp(bs: list[Block]) -> list[Failure]:
     for b in bs:
         src, exe = d / f"{b.name}.cpp", d / b.name
         src.write_text(f"// {b.where}\n{b.code}")
-        ok, out = run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", str(src),
+        ok, out = run(["g++", f"-std={b.cxx_std}", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", str(src),
                        "-o", str(exe), f"-L{lib}", f"-Wl,-rpath,{lib}", "-lwspool", "-pthread"], d)
         if not ok:
             failures.append(Failure(b.where, "cpp", "does not compile\n" + out))
@@ -235,13 +242,17 @@ def self_test(python: str) -> int:
             "```c\n#include \"libwspool.h\"\nint main(void) { return wspool_no_such_function(); }\n```\n\n"
             "```python\nimport wspool\nwspool.no_such_function()\n```\n\n"
             "<!-- snippet: not-run (self-test: a marked block is skipped) -->\n```python\nraise SystemExit(1)\n```\n\n"
-            "```cpp\n#include <wspool.hpp>\nint main() { return wspool::no_such_function(); }\n```\n"
+            "```cpp\n#include <wspool.hpp>\nint main() { return wspool::no_such_function(); }\n```\n\n"
+            # Valid C++20 only (a requires-clause): reported unless the marker is honoured.
+            "<!-- snippet: c++20 -->\n```cpp\ntemplate <class T> requires (sizeof(T) > 0)\n"
+            "int zero(T) { return 0; }\nint main() { return zero(1); }\n```\n"
         )
         _, failures = check([md], python)
     reported = {f.lang for f in failures if f.where.startswith(str(md))}
     marked_ran = any(f.where == f"{md}:13" for f in failures)
     if reported == {"rust", "c", "cpp", "python"} and len(failures) == 4 and not marked_ran:
-        print("self-test: the checker reports a broken block in each language and skips a marked one")
+        print("self-test: the checker reports a broken block in each language, skips a marked one and "
+              "compiles a c++20-marked one as C++20")
         return 0
     print("self-test FAILED: reported %s\n%s" % (sorted(reported), "\n".join(map(str, failures))))
     return 1

@@ -4,7 +4,7 @@ under the HTTP mix of the C examples' bench (tests/embed/bench.py): 64
 keep-alive connections, 3 on /sleep?ms=50 and 61 on /ping (closed loop), 2
 worker threads; /ping p50/p99 with the handlers
 
-  - on wspool through its Boost.Asio executor (--mode pool --plain),
+  - on wspool, awaited with wspool::async_run and no per-request options (--mode pool --plain),
   - on wspool with per-request options (--mode pool: /ping at high priority,
     /sleep in a lane of 2),
   - inline on the io_context (--mode inline: a /sleep stalls the loop),
@@ -27,7 +27,7 @@ import bench  # noqa: E402  (tests/embed/bench.py)
 def main():
     a = bench.server_bench_args("examples-cpp/bin/http_beast")
     servers = [
-        ("Beast + wspool executor (--mode pool --plain)", a.server, ["--mode", "pool", "--plain"], None),
+        ("Beast + wspool, no options (--mode pool --plain)", a.server, ["--mode", "pool", "--plain"], None),
         ("Beast + wspool, /ping high, /sleep lane of 2 (--mode pool)", a.server, ["--mode", "pool"], None),
         ("Beast, handlers inline on the io_context (--mode inline)", a.server, ["--mode", "inline"], None),
         ("Beast + std::thread pool of 2 (--mode threads)", a.server, ["--mode", "threads"], None),
