@@ -41,27 +41,8 @@ static double run_w2(void *unused) {
     return (t1 - t0) / 1e6;
 }
 
-static double run_w4(void *unused) {
-    (void)unused;
-    uint64_t t0 = 0, t1 = 0;
-    atomic_store(&counter, 0);
-#pragma omp parallel
-#pragma omp single
-    {
-        t0 = now_ns();
-        for (int i = 0; i < W4_ROOTS; i++) {
-#pragma omp task
-            {
-                for (int j = 0; j < W4_CHILDREN; j++) {
-#pragma omp task
-                    atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
-                }
-#pragma omp taskwait
-            }
-        }
-#pragma omp taskwait
-        t1 = now_ns();
-    }
+/* W4's rate (roots and children, M tasks/s), once every child counted. */
+static double w4_rate(uint64_t t0, uint64_t t1) {
     if (atomic_load(&counter) != (long)W4_ROOTS * W4_CHILDREN) {
         fprintf(stderr, "W4 count wrong\n");
         exit(1);
@@ -69,10 +50,9 @@ static double run_w4(void *unused) {
     return W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6;
 }
 
-/* W4 detached: no root waits for its children; the task group waits for
- * every descendant. */
-static double run_w4d(void *unused) {
-    (void)unused;
+/* W4: roots each spawn W4_CHILDREN children and wait for them (`detached`
+ * 0) or return at once (1); the task group waits for every descendant. */
+static double run_w4_tasks(int detached) {
     uint64_t t0 = 0, t1 = 0;
     atomic_store(&counter, 0);
 #pragma omp parallel
@@ -88,16 +68,25 @@ static double run_w4d(void *unused) {
 #pragma omp task
                         atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
                     }
+                    if (!detached) {
+#pragma omp taskwait
+                    }
                 }
             }
         }
         t1 = now_ns();
     }
-    if (atomic_load(&counter) != (long)W4_ROOTS * W4_CHILDREN) {
-        fprintf(stderr, "W4d count wrong\n");
-        exit(1);
-    }
-    return W4_ROOTS * (W4_CHILDREN + 1.0) / ((t1 - t0) / 1e9) / 1e6;
+    return w4_rate(t0, t1);
+}
+
+static double run_w4(void *unused) {
+    (void)unused;
+    return run_w4_tasks(0);
+}
+
+static double run_w4d(void *unused) {
+    (void)unused;
+    return run_w4_tasks(1);
 }
 
 int main(void) {
