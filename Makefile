@@ -53,7 +53,7 @@ help:
 # What `make test` installs, said before it does: nothing outside the
 # repository unless run as root, and then only Debian packages.
 test-announce:
-	@echo "make test: runs every suite (about 25 min on 2 cores from a fresh clone with crates fetched; most of it"
+	@echo "make test: runs every suite (about 32 min on 2 cores from a fresh clone with crates fetched; most of it"
 	@echo "  is building and running the optimised Rust tests, the loom models and the C and C++ sanitizer suites;"
 	@echo "  Miri runs beside them). It installs what it needs:"
 	@echo "  - crates through cargo, and the pinned cbindgen $(CBINDGEN_VERSION) into target/tools (header freshness check)"
