@@ -121,6 +121,13 @@ pub(crate) struct WorkerCounters {
     /// The occupying thread's `Here` address: task handles record their
     /// runner's, and the dump maps it back to a worker index.
     pub(crate) here_addr: AtomicUsize,
+    /// Tests only: the slots the occupying worker's queues kept the last
+    /// time it parked or gave memory back (`Worker::kept_capacity`).
+    #[cfg(test)]
+    pub(crate) kept_queue_slots: AtomicUsize,
+    /// Tests only: the most `kept_queue_slots` has been.
+    #[cfg(test)]
+    pub(crate) kept_queue_slots_peak: AtomicUsize,
     /// The id of the innermost labelled task running on the occupying
     /// thread (`label::with_label`), 0 for none: written only around
     /// labelled tasks, never per plain task; read by `Pool::dump`.

@@ -321,6 +321,7 @@ impl WorkerThread {
             // once this worker has slept `QUEUE_MEMORY_LINGER` without
             // being woken: a burst that follows soon reuses them.
             let lingering = self.deque.keeps_grown_memory() || self.inbox.keeps_grown_memory();
+            self.publish_kept_slots_for_tests();
             let timeout = match (lingering, keep_alive) {
                 (true, Some(keep_alive)) => Some(keep_alive.min(QUEUE_MEMORY_LINGER)),
                 (true, None) => Some(QUEUE_MEMORY_LINGER),
@@ -376,6 +377,18 @@ impl WorkerThread {
     fn release_queue_memory(&self) {
         self.deque.release_memory();
         self.inbox.release_memory();
+        self.publish_kept_slots_for_tests();
+    }
+
+    /// What the queues keep, for `growth::retire_tests` (nothing outside tests).
+    #[inline(always)]
+    fn publish_kept_slots_for_tests(&self) {
+        #[cfg(test)]
+        {
+            let kept = self.deque.kept_capacity() + self.inbox.kept_capacity();
+            self.counters().kept_queue_slots.store(kept, Relaxed);
+            self.counters().kept_queue_slots_peak.fetch_max(kept, Relaxed);
+        }
     }
 
     fn publish_threshold(&self, debounce: &Debounce) {

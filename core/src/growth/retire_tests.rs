@@ -1,5 +1,6 @@
 //! What a retiring thread leaves in its slot (issue 38.3): only the idle
-//! rings, whatever way it left. Measured as the slots its queues' buffers
+//! rings, whatever way it left; and what a parked one keeps once a burst
+//! is over. Measured as the slots its queues' buffers
 //! hold (`Worker::kept_capacity`), not as resident memory, which the
 //! allocator and the schedule blur.
 
@@ -73,4 +74,44 @@ fn a_lent_thread_retiring_after_a_burst_leaves_only_idle_rings() {
     let idle = Worker::<JobRef>::new_lifo().kept_capacity();
     assert_eq!(kept, (idle, idle), "B's slot keeps (deque, inbox) slots; idle rings hold {idle} each");
     assert_eq!(pool.stats().threads_retired, 1, "B retired; A stayed");
+}
+
+/// A parked worker gives back the rings a burst grew once it has been idle
+/// for the linger (`QUEUE_MEMORY_LINGER`), without a retirement or a new
+/// task to prompt it: on a one-thread pool, a task spawns 5,000 local jobs
+/// (the deque grows to 8 Ki slots, below the size given back at once), the
+/// worker drains them and parks keeping the grown ring, and later, still
+/// parked, keeps only the idle rings. No time bound is asserted: the test
+/// waits for each state, with a two-minute watchdog.
+#[test]
+fn a_parked_worker_gives_a_bursts_rings_back_after_the_linger() {
+    const JOBS: usize = 5_000;
+    let pool = Pool::builder().min_threads(1).max_threads(1).growth(Growth::Fixed).build().unwrap();
+    let registry = pool.registry().clone();
+    let idle = 2 * Worker::<JobRef>::new_lifo().kept_capacity();
+    let kept = || registry.slots[0].counters.kept_queue_slots.load(std::sync::atomic::Ordering::Relaxed);
+    let (done_tx, done_rx) = mpsc::channel();
+    let p = pool.clone();
+    pool.spawn(move || {
+        for _ in 0..JOBS {
+            p.spawn(|| {}).unwrap();
+        }
+        done_tx.send(()).unwrap();
+    })
+    .unwrap();
+    done_rx.recv().unwrap();
+    let peak = || registry.slots[0].counters.kept_queue_slots_peak.load(std::sync::atomic::Ordering::Relaxed);
+    // A watchdog, not a timing claim: the linger is 100 ms.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !(peak() >= JOBS && kept() == idle) {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the parked worker still keeps {} slots (peak {}, idle rings {idle})",
+            kept(),
+            peak()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(peak() >= JOBS, "the burst grew the deque to hold its {JOBS} jobs");
+    assert_eq!(kept(), idle, "after the linger the parked worker keeps only the idle rings");
 }
