@@ -100,6 +100,9 @@ pub(crate) struct WorkerThread {
     /// This thread's `Here`, read once: `execute` sets where each job counts
     /// its completion without a thread-local lookup per task.
     here: &'static crate::here::Here,
+    /// The handle the C API's calls from this thread use
+    /// (`Pool::call_handle`): not an owner of the pool.
+    pub(crate) thread_handle: crate::Pool,
 }
 
 /// Aborts the process if dropped during an unwind: placed where a panic
@@ -194,6 +197,7 @@ impl WorkerThread {
         let LocalQueues { deque, inbox } = queues;
         let worker = WorkerThread {
             nested_floor: crate::wait::nested_floor(registry.config.stack_size),
+            thread_handle: crate::Pool::thread_handle(&registry),
             counters: std::ptr::NonNull::from(&*registry.slots[index].counters),
             registry,
             index,

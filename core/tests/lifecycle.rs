@@ -564,3 +564,56 @@ fn caller_runs_stats_land_in_the_submitting_pool() {
         assert_eq!(sb.completed, 1, "B counted A's tasks: {sb:?}");
     });
 }
+
+// The C API holds a pool handle for each call that publishes tasks
+// (`Pool::call_handle`). On one of the pool's own threads that handle is the
+// thread's own, not one of the pool's owners: dropping the last owner from
+// a task still shuts the pool down while the call's handle is alive, the
+// handle then sees the shutdown (a task it submits from there is drained
+// like any child of a running task), and dropping it neither joins nor
+// shuts anything down. Anywhere else it is an
+// ordinary clone, which keeps the pool running.
+#[test]
+fn a_pool_threads_call_handle_is_not_an_owner() {
+    watchdog(HANG, "call handles", || {
+        let pool = Pool::builder().min_threads(2).growth(Growth::Fixed).build().unwrap();
+        let last_owner = Arc::new(Mutex::new(Some(pool.clone())));
+        drop(pool);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let in_task = last_owner.clone();
+        last_owner
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .spawn(move || {
+                let owner = in_task.lock().unwrap().take().unwrap();
+                let handle = owner.call_handle();
+                let running_before = !handle.is_shutdown();
+                let other = handle.clone();
+                other.drop_without_join();
+                let running_after_handle_drop = !handle.is_shutdown();
+                drop(owner); // the last owner: the pool shuts down, this thread exits on its own
+                let shut = handle.is_shutdown();
+                let child = tx.clone();
+                let drained = handle.spawn(move || child.send(None).unwrap()).is_ok();
+                handle.drop_without_join();
+                tx.send(Some((running_before, running_after_handle_drop, shut, drained))).unwrap();
+            })
+            .unwrap();
+        let mut got: Vec<_> = (0..2).map(|_| rx.recv().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, [None, Some((true, true, true, true))]);
+
+        // From a thread that is not the pool's: a clone, an owner.
+        let pool = Pool::builder().min_threads(1).growth(Growth::Fixed).build().unwrap();
+        let handle = pool.call_handle();
+        drop(pool);
+        assert!(!handle.is_shutdown(), "a foreign thread's call handle keeps the pool running");
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        handle.submit(move || r.store(true, SeqCst)).unwrap().wait().unwrap();
+        assert!(ran.load(SeqCst));
+        drop(handle);
+    });
+}

@@ -53,6 +53,8 @@ pub(crate) fn pool_of<'a>(p: *const wspool) -> Res<&'a wspool> {
 /// may read `*pool`. This clone keeps the pool's shared state alive, and
 /// its drop never joins: if the task's destroy left it the last handle,
 /// the pool's threads finish and exit on their own, as they would have.
+/// On one of the pool's own threads it is that thread's own handle
+/// (`Pool::call_handle`: no count shared with the other threads).
 pub(crate) struct Held {
     pool: std::mem::ManuallyDrop<wspool_core::Pool>,
     /// The fork generation of the handle, copied for the same reason.
@@ -76,7 +78,7 @@ impl Drop for Held {
 /// `pool_of`, then a [`Held`] clone of its pool for a call that publishes tasks.
 pub(crate) fn held_pool(p: *const wspool) -> Res<Held> {
     let w = pool_of(p)?;
-    Ok(Held { pool: std::mem::ManuallyDrop::new(w.pool.clone()), fork_gen: w.fork_gen })
+    Ok(Held { pool: std::mem::ManuallyDrop::new(w.pool.call_handle()), fork_gen: w.fork_gen })
 }
 
 pub(crate) fn func(f: wspool_fn, what: &'static str) -> Res<support::CFn> {

@@ -128,6 +128,15 @@ typedef struct {
 static void join_noop(void *arg) { (void)arg; }
 static void join_destroy(void *arg) { wspool_destroy(((join_ctx *)arg)->pool); }
 
+/* From a pool thread: the submitted task may be stolen and destroy the pool before this
+ * submission returns (the call then holds the submitting thread's own handle). */
+static atomic_int inner_submit_failed, destroyers_returned;
+static void submit_destroyer(void *arg) {
+    wspool *p = arg;
+    if (wspool_submit(p, destroy_own_pool, p) != WSPOOL_OK) atomic_fetch_add(&inner_submit_failed, 1);
+    atomic_fetch_add(&destroyers_returned, 1);
+}
+
 /* Issue 38.4a: wspool_submit_ex read the pool after publishing the task, which may have run and
  * destroyed the pool by then: ASan reports the read of the freed handle, and without ASan the
  * task handle carried a garbage fork generation (wspool_task_wait said WSPOOL_EFORKED in a
@@ -155,6 +164,10 @@ static void test_task_destroys_its_own_pool(void) {
     }
     for (int i = 0; i < rounds; i++) {
         wspool *p = make_pool(2, 2, WSPOOL_GROWTH_FIXED);
+        OK(wspool_submit(p, submit_destroyer, p));
+    }
+    for (int i = 0; i < rounds; i++) {
+        wspool *p = make_pool(2, 2, WSPOOL_GROWTH_FIXED);
         wspool_batch_item items[2] = {{task_nop, NULL}, {destroy_own_pool, p}};
         size_t accepted = 0;
         OK(wspool_submit_batch(p, items, 2, NULL, &accepted));
@@ -166,6 +179,8 @@ static void test_task_destroys_its_own_pool(void) {
     }
     /* The destroyed pools' threads exit on their own (a thread cannot join itself); a fresh
        pool still works beside them. */
+    while (atomic_load(&destroyers_returned) < rounds) sched_yield(); /* the harness's watchdog bounds it */
+    CHECK_EQ(atomic_load(&inner_submit_failed), 0);
     wspool *p = make_pool(2, 2, WSPOOL_GROWTH_FIXED);
     atomic_long n = 0;
     OK(wspool_submit(p, task_inc, &n));
