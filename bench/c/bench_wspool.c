@@ -78,6 +78,8 @@ int main(void) {
     cfg.min_threads = (uint32_t)bench_threads();
     cfg.max_threads = cfg.min_threads;
     cfg.growth = WSPOOL_GROWTH_FIXED;
+    if (getenv("BENCH_SPIN_MAX_US")) cfg.spin_max_us = (uint32_t)atoi(getenv("BENCH_SPIN_MAX_US")); /* diagnosis */
+    if (getenv("BENCH_NICE")) cfg.thread_nice = (uint32_t)atoi(getenv("BENCH_NICE")); /* diagnosis */
     if (wspool_create(&cfg, &pool) != WSPOOL_OK) return 1;
     sem_init(&done, 0, 0);
 

@@ -13,6 +13,8 @@
  *   W5_cpu_ms_per_s  CPU used by the idle pool in the 2 s after W1 and W1b
  *   W7_mtps   many producers: W7_PRODUCERS foreign threads, started together, each
  *             submitting W7_TASKS_EACH tiny tasks (an HTTP server's I/O threads), M tasks/s
+ * Diagnosis knobs of bench_wspool (not set by make bench-c): BENCH_SPIN_MAX_US and BENCH_NICE set
+ * the pool's spin_max_us and thread_nice; BENCH_W1_STATS=1 prints W1's counters.
  * W2 (every variant) and W4 run W_WARM times unmeasured, then W_REPS times,
  * in the same process, and print the median: a fork-join of a few ms
  * measured once per fresh process measured its cold start as much as the

@@ -103,6 +103,9 @@ pub(crate) struct Registry {
     pub(crate) diag: crate::dump::Diagnostics,
     /// The process that created the pool (a forked child must not join).
     pub(crate) pid: u32,
+    /// CPUs this process may run on (`available_parallelism`), read once:
+    /// a debounce spin never takes the last of them (`WorkerThread::spin`).
+    pub(crate) machine_cpus: usize,
 }
 
 impl Registry {
@@ -123,6 +126,7 @@ impl Registry {
             })
             .collect();
         Registry {
+            machine_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             tracks_queue: config.tracks_queue(),
             config,
             injector: Injector::new(),
