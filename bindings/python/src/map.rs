@@ -224,7 +224,7 @@ impl Ticket {
     /// Runs chunks while it holds the GIL (see `Ticket`).
     fn run_chunks(&self) {
         let st = &self.state;
-        st.shared().run_python(st.inner, &|| st.is_awaited(), |py| chunk_loop(st, py));
+        st.shared().run_python_if(st.inner, &|| st.is_awaited(), &|| st.claimable(), |py| chunk_loop(st, py));
     }
 }
 
@@ -256,7 +256,7 @@ fn chunk_loop(st: &Arc<MapState>, py: Python<'_>) {
 /// takes urgent work (`permit.rs`) on a place already counted as `kind`.
 pub(crate) fn run_chunks_holding(st: &Arc<MapState>, places: &Arc<Places>, kind: Kind) {
     let run = || {
-        places.run_holding(kind, || st.shared().attach(|py| chunk_loop(st, py)));
+        places.run_holding(kind, || st.shared().attach_if(&|| st.claimable(), |py| chunk_loop(st, py)));
     };
     match st.label {
         Some(label) => wspool::with_label(label, run),
