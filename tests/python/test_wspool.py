@@ -8,6 +8,8 @@ import concurrent.futures as cf
 import os
 import sys
 import threading
+import time
+import weakref
 from typing import Any
 
 import pytest
@@ -360,6 +362,84 @@ def test_map_iterator_closed_early_cancels_the_rest() -> None:
         gate.set()
         assert list(it) == []
     assert len(ran) < 1000
+
+
+def _record_freed(freed: dict[str, int], name: str) -> None:
+    freed[name] = threading.get_ident()
+
+
+class _Tracked:
+    """An object that records, when it is freed, which thread freed it."""
+
+    def __init__(self, name: str, freed: dict[str, int]) -> None:
+        weakref.finalize(self, _record_freed, freed, name)
+
+
+def _wait_until_the_pool_is_done(p: wspool.Pool) -> None:
+    """Until no task of `p` is queued or running (none is submitted meanwhile)."""
+    deadline = time.monotonic() + EVENTUALLY
+    while time.monotonic() < deadline:
+        s = p.stats()
+        if s.submitted == s.completed:
+            return
+        time.sleep(0.001)
+    raise AssertionError("the pool's tasks did not finish")
+
+
+def test_consumed_map_keeps_none_of_its_objects() -> None:
+    # Once the iterator is exhausted the map holds no argument, result or
+    # function: the consumer released them, on its own thread, even while
+    # the iterator object is still referenced and a pool thread may still
+    # be finishing the map's last task.
+    freed: dict[str, int] = {}
+    here = threading.get_ident()
+    with wspool.Pool(max_workers=4) as p:
+        for chunksize in (1, 7):
+            freed.clear()
+
+            def fn(a: _Tracked) -> _Tracked:
+                return _Tracked(f"result {id(a)}", freed)
+
+            weakref.finalize(fn, _record_freed, freed, "fn")
+            args = [_Tracked(f"arg {i}", freed) for i in range(300)]
+            it = p.map(fn, args, chunksize=chunksize)
+            del args
+            n = 0
+            for r in it:
+                n += 1
+                del r
+            assert n == 300
+            del fn
+            assert "fn" in freed and freed["fn"] == here, freed.get("fn")
+            assert sum(k.startswith("arg ") for k in freed) == 300
+            assert sum(k.startswith("result ") for k in freed) == 300
+            # Results were freed by the consumer as it dropped them.
+            assert {t for k, t in freed.items() if k.startswith("result ")} == {here}
+            del it
+
+
+def test_closed_map_releases_results_not_taken_on_the_consumer_thread() -> None:
+    # Results computed but never taken, and the function, are released by
+    # close() on the consumer's thread (with the GIL), not later by whichever
+    # pool thread happens to drop the map last.
+    freed: dict[str, int] = {}
+    here = threading.get_ident()
+    with wspool.Pool(max_workers=2) as p:
+
+        def fn(i: int) -> _Tracked:
+            return _Tracked(f"result {i}", freed)
+
+        weakref.finalize(fn, _record_freed, freed, "fn")
+        it = p.map(fn, range(100))
+        first = next(it)
+        _wait_until_the_pool_is_done(p)  # every call ran: 99 results wait in the map
+        del first, fn
+        assert sum(k.startswith("result ") for k in freed) == 1
+        it.close()  # type: ignore[attr-defined]
+        assert sum(k.startswith("result ") for k in freed) == 100
+        assert "fn" in freed
+        assert set(freed.values()) == {here}
+        assert list(it) == []
 
 
 def test_pool_dropped_without_shutdown_still_finishes_its_work() -> None:

@@ -4,6 +4,17 @@
 //! and keeps a few more tasks queued while chunks remain. Like
 //! `ThreadPoolExecutor.map`, every call is scheduled when `map()` returns:
 //! all of them run even if the result iterator is never consumed.
+//!
+//! What grows with the number of calls (the chunks, their arguments and
+//! results, and the function) is a [`Table`] that the consumer releases, on
+//! its own thread and with the GIL, once it has taken the last chunk or
+//! stopped the map. A task holds a clone of it only while it runs chunks,
+//! attached to the interpreter, and after the map's last call returns it
+//! drops the clone before it lets go of the GIL; the consumer needs the GIL
+//! to take the last chunk, so it is the one that frees the table. The last
+//! task of a map, which often ends after the consumer has every result,
+//! frees a small struct: a map's bookkeeping is never freed on a pool thread
+//! after the fact (issue 40: the CPU an idle pool uses after a burst).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,15 +52,34 @@ enum Chunk {
     Aborted,
 }
 
+/// A map's bookkeeping per call (see the module docs).
+struct Table {
+    func: Py<PyAny>,
+    chunks: Box<[Mutex<Chunk>]>,
+    done: Box<[AtomicBool]>,
+}
+
+impl Table {
+    fn mark_done(&self, st: &MapState, i: usize) {
+        self.done[i].store(true, Ordering::SeqCst);
+        if st.waiting.load(Ordering::SeqCst) {
+            let _g = lock(&st.lock);
+            st.cv.notify_all();
+        }
+    }
+}
+
 pub(crate) struct MapState {
     /// Tickets spawn successors on this pool (an `Owner`, so that dropping
     /// the last reference anywhere never joins the pool in place).
     owner: Arc<Owner>,
-    func: Py<PyAny>,
     /// What `pool.dump()` shows on a thread running the map (`label.rs`).
     label: Option<wspool::Label>,
-    chunks: Vec<Mutex<Chunk>>,
-    done: Vec<AtomicBool>,
+    /// None once the consumer released it (see the module docs). Tasks take
+    /// a clone only while they hold the GIL; the consumer holds its own.
+    table: Mutex<Option<Arc<Table>>>,
+    /// How many chunks the map has.
+    n_chunks: usize,
     /// Next chunk to claim; chunks are claimed in order.
     next: AtomicUsize,
     cancelled: AtomicBool,
@@ -77,27 +107,31 @@ impl MapState {
     }
 
     pub(crate) fn claimable(&self) -> bool {
-        !self.cancelled.load(Ordering::Relaxed) && self.next.load(Ordering::Relaxed) < self.chunks.len()
+        !self.cancelled.load(Ordering::Relaxed) && self.next.load(Ordering::Relaxed) < self.n_chunks
+    }
+
+    fn table(&self) -> Option<Arc<Table>> {
+        lock(&self.table).clone()
     }
 
     /// Claims and runs the next chunk; false if none was left.
-    fn run_next(&self, py: Python<'_>) -> bool {
+    fn run_next(&self, py: Python<'_>, table: &Table) -> bool {
         if self.cancelled.load(Ordering::Relaxed) {
             return false;
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed);
-        if i >= self.chunks.len() {
+        if i >= self.n_chunks {
             return false;
         }
-        let args = match std::mem::replace(&mut *lock(&self.chunks[i]), Chunk::Running) {
+        let args = match std::mem::replace(&mut *lock(&table.chunks[i]), Chunk::Running) {
             Chunk::Pending(a) => a,
             other => {
-                *lock(&self.chunks[i]) = other;
+                *lock(&table.chunks[i]) = other;
                 return true;
             }
         };
         let mut out = Vec::with_capacity(args.len());
-        let func = self.func.bind(py);
+        let func = table.func.bind(py);
         for a in args {
             let r = match self.shared().broken_error(py) {
                 Some(e) => Err(e),
@@ -112,35 +146,29 @@ impl MapState {
                 break; // like a loop over the chunk: an exception ends it
             }
         }
-        *lock(&self.chunks[i]) = Chunk::Done(out);
-        self.mark_done(i);
+        *lock(&table.chunks[i]) = Chunk::Done(out);
+        table.mark_done(self, i);
         true
-    }
-
-    fn mark_done(&self, i: usize) {
-        self.done[i].store(true, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) {
-            let _g = lock(&self.lock);
-            self.cv.notify_all();
-        }
     }
 
     /// The last task of the map was dropped unrun (the pool was shut down
     /// with cancel_futures=True): the calls nobody will run end as cancelled.
     fn abort(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
-        let from = self.next.fetch_add(self.chunks.len(), Ordering::SeqCst);
-        for i in from.min(self.chunks.len())..self.chunks.len() {
-            *lock(&self.chunks[i]) = Chunk::Aborted;
-            self.mark_done(i);
+        let from = self.next.fetch_add(self.n_chunks, Ordering::SeqCst);
+        // Released: the consumer stopped the map or has every result.
+        let Some(table) = self.table() else { return };
+        for i in from.min(self.n_chunks)..self.n_chunks {
+            *lock(&table.chunks[i]) = Chunk::Aborted;
+            table.mark_done(self, i);
         }
     }
 
     /// Stops the map: unclaimed chunks never run and their arguments are released.
-    fn cancel(&self, _py: Python<'_>) {
+    fn cancel(&self, table: &Table) {
         self.cancelled.store(true, Ordering::SeqCst);
-        let from = self.next.fetch_add(self.chunks.len(), Ordering::SeqCst);
-        for c in self.chunks.iter().skip(from) {
+        let from = self.next.fetch_add(self.n_chunks, Ordering::SeqCst);
+        for c in table.chunks.iter().skip(from) {
             let mut g = lock(c);
             if matches!(*g, Chunk::Pending(_)) {
                 *g = Chunk::Taken;
@@ -196,24 +224,26 @@ impl Ticket {
     /// Runs chunks while it holds the GIL (see `Ticket`).
     fn run_chunks(&self) {
         let st = &self.state;
-        st.shared().run_python(st.inner, &|| st.is_awaited(), |py| chunk_loop(st, py));
+        st.shared().run_python_if(st.inner, &|| st.is_awaited(), &|| st.claimable(), |py| chunk_loop(st, py));
     }
 }
 
 /// A ticket's work: chunks, and successors queued while chunks remain.
+/// Holds the table only while it holds the GIL (see the module docs).
 fn chunk_loop(st: &Arc<MapState>, py: Python<'_>) {
+    let Some(table) = st.table() else { return };
     let start = Instant::now();
     let mut alone = false;
     for ran in 0.. {
         let queued = st.queued.load(Ordering::SeqCst);
         if !alone
             && queued < MAP_QUEUED
-            && st.next.load(Ordering::SeqCst) + queued + 1 < st.chunks.len()
+            && st.next.load(Ordering::SeqCst) + queued + 1 < st.n_chunks
             && spawn_ticket(st).is_err()
         {
             alone = true; // no successor: this task runs the rest
         }
-        if !st.run_next(py) {
+        if !st.run_next(py, &table) {
             break;
         }
         if !alone && (ran + 1 >= MAP_RUN_AHEAD || start.elapsed() >= MAP_RUN_AHEAD_TIME) {
@@ -226,7 +256,7 @@ fn chunk_loop(st: &Arc<MapState>, py: Python<'_>) {
 /// takes urgent work (`permit.rs`) on a place already counted as `kind`.
 pub(crate) fn run_chunks_holding(st: &Arc<MapState>, places: &Arc<Places>, kind: Kind) {
     let run = || {
-        places.run_holding(kind, || st.shared().attach(|py| chunk_loop(st, py)));
+        places.run_holding(kind, || st.shared().attach_if(&|| st.claimable(), |py| chunk_loop(st, py)));
     };
     match st.label {
         Some(label) => wspool::with_label(label, run),
@@ -252,6 +282,8 @@ impl Drop for Ticket {
 #[pyclass(module = "wspool._wspool")]
 pub(crate) struct MapIter {
     state: Arc<MapState>,
+    /// The map's table until the consumer releases it (see the module docs).
+    table: Option<Arc<Table>>,
     next_chunk: usize,
     buf: VecDeque<PyResult<Py<PyAny>>>,
     deadline: Option<Instant>,
@@ -262,20 +294,35 @@ pub(crate) struct MapIter {
 }
 
 impl MapIter {
-    fn finish(&mut self, py: Python<'_>) {
+    /// Stops the map: the calls that have not started never run, and what
+    /// the map holds is released here.
+    fn finish(&mut self) {
         if !self.finished {
             self.finished = true;
-            self.state.cancel(py);
+            if let Some(table) = &self.table {
+                self.state.cancel(table);
+            }
         }
         self.buf.clear();
+        self.release();
+    }
+
+    /// Releases the map's table on this thread, which holds the GIL: the
+    /// arguments of unstarted calls, results not taken and the function go
+    /// now, here, not later on a pool thread. A task still running a chunk
+    /// (stopped or timed-out maps) keeps its clone until it is done.
+    fn release(&mut self) {
+        let shared = lock(&self.state.table).take();
+        drop(shared);
+        self.table = None;
     }
 
     /// Waits until chunk `i` is done. Never runs chunks on this thread: a
     /// map consumed inside a task must not run its calls under the task's
     /// thread-locals and contextvars.
-    fn wait_chunk(&self, py: Python<'_>, i: usize) -> PyResult<bool> {
+    fn wait_chunk(&self, py: Python<'_>, table: &Table, i: usize) -> PyResult<bool> {
         let st = &self.state;
-        if st.done[i].load(Ordering::SeqCst) {
+        if table.done[i].load(Ordering::SeqCst) {
             return Ok(true);
         }
         let timeout = remaining(self.deadline).map(|d| d.as_secs_f64());
@@ -283,7 +330,7 @@ impl MapIter {
             let deadline = slice.map(|s| Instant::now() + s);
             let mut g = lock(&st.lock);
             st.waiting.store(true, Ordering::SeqCst);
-            while !st.done[i].load(Ordering::SeqCst) {
+            while !table.done[i].load(Ordering::SeqCst) {
                 match deadline {
                     None => g = st.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
                     Some(d) => {
@@ -296,7 +343,7 @@ impl MapIter {
                 }
             }
             st.waiting.store(false, Ordering::SeqCst);
-            st.done[i].load(Ordering::SeqCst)
+            table.done[i].load(Ordering::SeqCst)
         };
         let shared = st.shared();
         let on = if shared.is_worker_here() {
@@ -309,7 +356,7 @@ impl MapIter {
         } else {
             WaitOn::Foreign
         };
-        wait_released(py, timeout, Some(&|| st.done[i].load(Ordering::SeqCst)), done, on, None)
+        wait_released(py, timeout, Some(&|| table.done[i].load(Ordering::SeqCst)), done, on, None)
     }
 }
 
@@ -317,9 +364,10 @@ impl Drop for MapIter {
     fn drop(&mut self) {
         // As with ThreadPoolExecutor's generator: a map whose iterator was
         // never advanced runs every call; one abandoned part way cancels
-        // the calls that have not started.
+        // the calls that have not started. (Dropped by Python, so with the
+        // GIL: what `finish` releases goes here.)
         if self.iterated && !self.finished {
-            self.state.cancelled.store(true, Ordering::SeqCst);
+            self.finish();
         }
     }
 }
@@ -338,36 +386,45 @@ impl MapIter {
                 return match r {
                     Ok(v) => Ok(Some(v)),
                     Err(e) => {
-                        self.finish(py);
+                        self.finish();
                         Err(e)
                     }
                 };
             }
-            if self.finished || self.next_chunk >= self.state.chunks.len() {
-                self.finished = true;
-                return Ok(None);
-            }
+            let table = match &self.table {
+                Some(t) if !self.finished && self.next_chunk < self.state.n_chunks => t.clone(),
+                _ => {
+                    self.finished = true;
+                    return Ok(None);
+                }
+            };
             let i = self.next_chunk;
-            if !self.wait_chunk(py, i)? {
-                self.finish(py);
+            if !self.wait_chunk(py, &table, i)? {
+                drop(table);
+                self.finish();
                 return Err(PyTimeoutError::new_err("map() timed out"));
             }
-            let taken = std::mem::replace(&mut *lock(&self.state.chunks[i]), Chunk::Taken);
+            let taken = std::mem::replace(&mut *lock(&table.chunks[i]), Chunk::Taken);
+            drop(table);
+            self.next_chunk += 1;
             match taken {
                 Chunk::Done(results) => self.buf.extend(results),
                 Chunk::Aborted => {
-                    self.finish(py);
+                    self.finish();
                     return Err(cancelled_error(py, "map() stopped: the pool shut down before these calls ran"));
                 }
                 _ => {}
             }
-            self.next_chunk += 1;
+            if self.next_chunk == self.state.n_chunks {
+                // Every call has run: its results are in `buf`.
+                self.release();
+            }
         }
     }
 
     /// Stops the map: calls that have not started never run.
-    fn close(&mut self, py: Python<'_>) {
-        self.finish(py);
+    fn close(&mut self) {
+        self.finish();
     }
 
     /// How many calls the map has (a hint for `list()`; not a length: it
@@ -407,12 +464,16 @@ pub(crate) fn start_map(
     }
     let n = chunks.len();
     let label = crate::label::label_of(py, fn_.bind(py));
+    let table = Arc::new(Table {
+        func: fn_,
+        chunks: chunks.into_boxed_slice(),
+        done: (0..n).map(|_| AtomicBool::new(false)).collect(),
+    });
     let state = Arc::new(MapState {
         owner: owner.clone(),
-        func: fn_,
         label,
-        done: (0..n).map(|_| AtomicBool::new(false)).collect(),
-        chunks,
+        table: Mutex::new(Some(table.clone())),
+        n_chunks: n,
         next: AtomicUsize::new(0),
         cancelled: AtomicBool::new(false),
         waiting: AtomicBool::new(false),
@@ -428,7 +489,8 @@ pub(crate) fn start_map(
     // reject="block" it may wait for room.
     let first = n.min(owner.pool.min_threads().max(1));
     if let Err(kind) = py.detach(|| spawn_tickets(&state, first)) {
-        state.cancel(py);
+        state.cancel(&table);
+        *lock(&state.table) = None;
         return Err(submit_error(&owner.shared, kind));
     }
     if state.inner
@@ -436,5 +498,14 @@ pub(crate) fn start_map(
     {
         places.push_urgent(Urgent::Map(state.clone()));
     }
-    Ok(MapIter { state, next_chunk: 0, buf: VecDeque::new(), deadline, finished: n == 0, iterated: false, total })
+    Ok(MapIter {
+        state,
+        table: Some(table),
+        next_chunk: 0,
+        buf: VecDeque::new(),
+        deadline,
+        finished: n == 0,
+        iterated: false,
+        total,
+    })
 }

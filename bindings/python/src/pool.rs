@@ -86,7 +86,26 @@ impl Shared {
     where
         F: for<'py> FnOnce(Python<'py>),
     {
-        let attach = || self.attach(f);
+        self.run_python_if(inner, awaited, &|| true, f)
+    }
+
+    /// As `run_python`, for work that other threads may have done while
+    /// this one waited for a place or the GIL (a map's chunks): `wanted()`
+    /// is asked before the thread state is made and again once the GIL is
+    /// held, and `f` is dropped unrun when it says no. So a worker whose
+    /// task came too late neither makes its thread state nor runs the
+    /// per-thread init (Python code) for nothing, after the work is over.
+    pub(crate) fn run_python_if<F>(
+        &self,
+        inner: bool,
+        awaited: &dyn Fn() -> bool,
+        wanted: &dyn Fn() -> bool,
+        f: F,
+    ) -> bool
+    where
+        F: for<'py> FnOnce(Python<'py>),
+    {
+        let attach = || self.attach_if(wanted, f);
         match &self.places {
             // Taken before attaching: a place is never waited for holding
             // the GIL. Only on the pool's threads: a call that
@@ -103,14 +122,28 @@ impl Shared {
     where
         F: for<'py> FnOnce(Python<'py>),
     {
+        self.attach_if(&|| true, f)
+    }
+
+    /// `attach` for work that may be gone by then; as `run_python_if`.
+    pub(crate) fn attach_if<F>(&self, wanted: &dyn Fn() -> bool, f: F) -> bool
+    where
+        F: for<'py> FnOnce(Python<'py>),
+    {
         let on_worker = self.is_worker_here();
         // Never once the interpreter is finalizing: CPython ends a thread
         // that takes the GIL then, which Rust frames cannot survive.
         crate::fork::gated(|| {
+            if !wanted() {
+                return Some(());
+            }
             if on_worker {
                 crate::fork::ensure_thread_state();
             }
             Python::try_attach(|py| {
+                if !wanted() {
+                    return;
+                }
                 if on_worker && !INIT_DONE.get() {
                     INIT_DONE.set(true);
                     self.run_worker_init(py);
