@@ -94,6 +94,12 @@ pub(crate) struct MapState {
     awaited: AtomicBool,
     /// Tickets queued and not started / not finished.
     queued: AtomicUsize,
+    /// Tickets started and not running chunks yet: waiting for a place or
+    /// the GIL.
+    entering: AtomicUsize,
+    /// Chunks the last task that let go of the GIL ran in its turn (at
+    /// least 1): how many chunks each ticket lined up will take.
+    turn: AtomicUsize,
     live: AtomicUsize,
 }
 
@@ -198,10 +204,11 @@ fn spawn_tickets(state: &Arc<MapState>, n: usize) -> Result<(), SubmitErrorKind>
 
 /// One task of a map. It runs the next chunk and, while it holds the GIL
 /// anyway, further chunks (at most `MAP_RUN_AHEAD`, for at most
-/// `MAP_RUN_AHEAD_TIME`). While chunks remain it keeps up to `MAP_QUEUED`
-/// tickets queued, so idle, lent (`blocking()`) or injected threads join in,
-/// and the pool's queue never holds more than that per map: a long map does
-/// not look like a backlog to the starvation monitor.
+/// `MAP_RUN_AHEAD_TIME`). While chunks remain it keeps a successor lined
+/// up, and up to `MAP_QUEUED` tickets queued while there are chunks enough
+/// for them (`chunk_loop`), so idle, lent (`blocking()`) or injected threads
+/// join in, and the pool's queue never holds more than that per map: a long
+/// map does not look like a backlog to the starvation monitor.
 struct Ticket {
     state: Arc<MapState>,
     started: bool,
@@ -224,7 +231,16 @@ impl Ticket {
     /// Runs chunks while it holds the GIL (see `Ticket`).
     fn run_chunks(&self) {
         let st = &self.state;
-        st.shared().run_python_if(st.inner, &|| st.is_awaited(), &|| st.claimable(), |py| chunk_loop(st, py));
+        let entered = std::cell::Cell::new(false);
+        st.entering.fetch_add(1, Ordering::SeqCst);
+        st.shared().run_python_if(st.inner, &|| st.is_awaited(), &|| st.claimable(), |py| {
+            entered.set(true);
+            st.entering.fetch_sub(1, Ordering::SeqCst);
+            chunk_loop(st, py);
+        });
+        if !entered.get() {
+            st.entering.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -236,9 +252,22 @@ fn chunk_loop(st: &Arc<MapState>, py: Python<'_>) {
     let mut alone = false;
     for ran in 0.. {
         let queued = st.queued.load(Ordering::SeqCst);
+        // One ticket is always lined up (queued, or waiting for a place or
+        // the GIL) while chunks remain: it takes over as soon as this task
+        // lets go of the GIL, which is how calls that release it spread
+        // over threads (each ticket that gets in lines up the next). More
+        // are lined up only if chunks would be left for them, each taking
+        // a turn of about `turn` chunks: near the end of a map of short
+        // calls, no ticket waits that would find nothing, each of which
+        // would take a worker and the GIL once more after the consumer has
+        // every result (issue 40).
+        let lined_up = queued + st.entering.load(Ordering::SeqCst);
+        let next = st.next.load(Ordering::SeqCst);
+        let turn = st.turn.load(Ordering::Relaxed).max(1);
         if !alone
             && queued < MAP_QUEUED
-            && st.next.load(Ordering::SeqCst) + queued + 1 < st.n_chunks
+            && next + 1 < st.n_chunks
+            && (lined_up == 0 || next + (lined_up + 1) * turn < st.n_chunks)
             && spawn_ticket(st).is_err()
         {
             alone = true; // no successor: this task runs the rest
@@ -247,6 +276,16 @@ fn chunk_loop(st: &Arc<MapState>, py: Python<'_>) {
             break;
         }
         if !alone && (ran + 1 >= MAP_RUN_AHEAD || start.elapsed() >= MAP_RUN_AHEAD_TIME) {
+            st.turn.store(ran + 1, Ordering::Relaxed);
+            // Chunks left and no ticket lined up to run them: a successor,
+            // or this task runs the rest.
+            if st.claimable()
+                && st.queued.load(Ordering::SeqCst) + st.entering.load(Ordering::SeqCst) == 0
+                && spawn_ticket(st).is_err()
+            {
+                alone = true;
+                continue;
+            }
             break;
         }
     }
@@ -482,6 +521,8 @@ pub(crate) fn start_map(
         inner: owner.shared.is_worker_here(),
         awaited: AtomicBool::new(false),
         queued: AtomicUsize::new(0),
+        entering: AtomicUsize::new(0),
+        turn: AtomicUsize::new(1),
         live: AtomicUsize::new(0),
     });
     // A few tasks to start; each keeps one more queued while chunks
