@@ -122,20 +122,18 @@ test-rust-debug:
 # through a Release store instead of a Release fence, with
 # release_memory freeing buffers without checking for thieves, and with an
 # awaited task's waker registration closing with a plain store (waker_slot.rs).
+# Each mutant runs the same loom build as the models, with the mutant chosen
+# at run time (WSPOOL_LOOM_MUTANT, read under cfg(loom) only: sync::mutant!
+# in core/src/sync.rs); a build per mutant (--cfg) cost a rebuild of the
+# crate and of every dependency for each, about five minutes on 2 cores.
+LOOM_TEST := RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --profile test-release -p wspool \
+  --test loom --target-dir target/loom
 test-loom:
-	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --profile test-release -p wspool --test loom --target-dir target/loom
-	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_push_fence" LOOM_MAX_PREEMPTIONS=3 \
-	  $(CARGO) test --profile test-release -q -p wspool --test loom --target-dir target/loom-mutant -- local_push_races_park \
-	  > target/loom-mutant.log 2>&1; then \
-	  echo "test-loom: the models PASSED without the local-push fence: they no longer catch the lost wake-up"; exit 1; fi
-	@grep -q "deadlock" target/loom-mutant.log || { cat target/loom-mutant.log; echo "test-loom: the mutant failed, but not with the expected deadlock"; exit 1; }
-	@echo "test-loom: without the local-push fence the model deadlocks, as it must"
-	@if RUSTFLAGS="--cfg loom --cfg wspool_mutant_no_pop_fence" LOOM_MAX_PREEMPTIONS=3 \
-	  $(CARGO) test --profile test-release -q -p wspool --test loom --target-dir target/loom-mutant -- deque_pop_races_steal \
-	  > target/loom-mutant-deque.log 2>&1; then \
-	  echo "test-loom: the deque model PASSED without pop's fence: it no longer catches a value taken twice"; exit 1; fi
-	@grep -q "values lost or taken twice" target/loom-mutant-deque.log || { cat target/loom-mutant-deque.log; echo "test-loom: the deque mutant failed, but not by taking a value twice"; exit 1; }
-	@echo "test-loom: without pop's fence the deque model takes a value twice, as it must"
+	env -u WSPOOL_LOOM_MUTANT $(LOOM_TEST)
+	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_no_push_fence MODEL=local_push_races_park \
+	  EXPECT="deadlock" WHAT="no local-push fence" CATCHES="the lost wake-up"
+	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_no_pop_fence MODEL=deque_pop_races_steal \
+	  EXPECT="values lost or taken twice" WHAT="no fence in the deque's pop" CATCHES="a value taken twice"
 	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_push_release_store MODEL=deque_push_pop_race_steal \
 	  EXPECT="Causality violation" WHAT="push publishing with a Release store instead of a fence"
 	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_no_stealing_check MODEL=deque_release_memory_races_steal \
@@ -143,13 +141,12 @@ test-loom:
 	@$(MAKE) -s loom-mutant MUTANT=wspool_mutant_waker_store_close MODEL=waker_register_races_complete \
 	  EXPECT="lost wake-up" WHAT="an awaited task's waker registration closing with a store instead of its compare-exchange"
 
-# One mutant of the real code: built with --cfg $(MUTANT), the loom model
-# $(MODEL) must fail, and with $(EXPECT) in its output.
+# One mutant of the real code: with WSPOOL_LOOM_MUTANT=$(MUTANT), the loom
+# model $(MODEL) must fail, and with $(EXPECT) in its output.
+CATCHES ?= that bug
 loom-mutant:
-	@if RUSTFLAGS="--cfg loom --cfg $(MUTANT)" LOOM_MAX_PREEMPTIONS=3 \
-	  $(CARGO) test --profile test-release -q -p wspool --test loom --target-dir target/loom-mutant -- $(MODEL) \
-	  > target/loom-$(MUTANT).log 2>&1; then \
-	  echo "test-loom: $(MODEL) PASSED with $(WHAT): it no longer catches that bug"; exit 1; fi
+	@if WSPOOL_LOOM_MUTANT=$(MUTANT) $(LOOM_TEST) -q -- $(MODEL) > target/loom-$(MUTANT).log 2>&1; then \
+	  echo "test-loom: $(MODEL) PASSED with $(WHAT): it no longer catches $(CATCHES)"; exit 1; fi
 	@grep -q "$(EXPECT)" target/loom-$(MUTANT).log || { cat target/loom-$(MUTANT).log; \
 	  echo "test-loom: the $(MUTANT) mutant failed, but not with \"$(EXPECT)\""; exit 1; }
 	@echo "test-loom: with $(WHAT), $(MODEL) reports \"$(EXPECT)\", as it must"

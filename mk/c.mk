@@ -59,9 +59,14 @@ BENCH_TARGETS += bench-c
 
 # ---------------------------------------------------------------- library ---
 
-# The pinned cbindgen, built once into target/tools (only when missing).
+# The pinned cbindgen, built once into target/tools (only when missing):
+# unoptimised and without debug info, because building it is most of what it
+# costs: 45 s and 70 CPU-seconds on 2 cores instead of 130 s and 235 for a
+# release build, and the header it writes is the same byte for byte (it runs
+# in 0.3 s instead of 0.2).
 $(CBINDGEN):
-	$(CARGO) install cbindgen --version =$(CBINDGEN_VERSION) --locked --root target/tools
+	$(CARGO) install cbindgen --version =$(CBINDGEN_VERSION) --locked --debug --config profile.dev.debug=false \
+	  --root target/tools
 
 c-header: $(CBINDGEN)
 	$(CBINDGEN_RUN) --output $(C_HEADER)

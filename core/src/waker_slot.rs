@@ -125,15 +125,15 @@ impl WakerSlot {
         // change is a read-modify-write, so in this store's release
         // sequence), sees the cell as we leave it. Failure: Acquire, as
         // in `is_complete`: the caller reads the task's result next.
-        #[cfg(not(wspool_mutant_waker_store_close))]
-        let closed = self.state.compare_exchange(REGISTERING, IDLE, Release, Acquire).is_ok();
-        // The mutant (`make test-loom`): a plain store, blind to a
-        // completion that came in between: the completer found REGISTERING
-        // and left the wake to us, and the store erases its COMPLETE.
-        #[cfg(wspool_mutant_waker_store_close)]
-        let closed = {
+        let closed = if crate::sync::mutant!(wspool_mutant_waker_store_close) {
+            // The mutant (`make test-loom`): a plain store, blind to a
+            // completion that came in between: the completer found
+            // REGISTERING and left the wake to us, and the store erases its
+            // COMPLETE.
             self.state.store(IDLE, Release);
             true
+        } else {
+            self.state.compare_exchange(REGISTERING, IDLE, Release, Acquire).is_ok()
         };
         if closed {
             return false;

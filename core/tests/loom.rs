@@ -1,6 +1,10 @@
 //! loom models of the sleep/wake, waiter and blocking-compensation protocols.
 //! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p wspool --test loom`
 //! (`make test-loom`). Without `--cfg loom` this file compiles to nothing.
+//! The same build runs the mutants of the real code that the models must
+//! catch: `WSPOOL_LOOM_MUTANT=wspool_mutant_...` takes the fence, check or
+//! compare-exchange out (`sync::mutant!` in the crate; `make test-loom`
+//! says which model must fail, and how).
 //!
 //! What is real and what is a model: every call into `Sleep` (park,
 //! park_waiter, notify_one, notify_after_local_push, notify_for_push,
@@ -911,8 +915,8 @@ fn deque_fifo_batch_steal_races_pop() {
 /// slot. The push's Release fence orders that slot's write before the read
 /// (fence-to-acquire synchronisation through any later store of the owner);
 /// a Release *store* would not, since the pop's store does not continue its
-/// release sequence. `make test-loom` builds push with that store and no
-/// fence (`--cfg wspool_mutant_push_release_store`) and requires this model
+/// release sequence. `make test-loom` runs push with that store and no
+/// fence (`WSPOOL_LOOM_MUTANT=wspool_mutant_push_release_store`) and requires this model
 /// to report the race ("Causality violation"). Two values, 2-slot buffer:
 /// no wrap-around, no growth.
 #[test]
@@ -937,7 +941,7 @@ fn deque_push_pop_race_steal() {
 /// memory back (`release_memory`): the buffers are freed only when no
 /// thief can still read them (a "free" under loom is a write that every
 /// slot read is checked against), and every value is taken once. Without
-/// the check of the thieves' count (`--cfg wspool_mutant_no_stealing_check`)
+/// the check of the thieves' count (`WSPOOL_LOOM_MUTANT=wspool_mutant_no_stealing_check`)
 /// `make test-loom` requires this model to report the use after free.
 #[test]
 fn deque_release_memory_races_steal() {
@@ -1071,9 +1075,9 @@ fn read_result(result: &loom::cell::UnsafeCell<u32>) -> u32 {
 /// A poll's registration races the task's completion. Either the poll
 /// returns Ready (it saw the completion, and reads the result) and nobody
 /// is woken, or it returns Pending and the completion wakes its waker
-/// exactly once. `make test-loom` builds the slot with its closing
+/// exactly once. `make test-loom` runs the slot with its closing
 /// compare-exchange turned into a plain store
-/// (`--cfg wspool_mutant_waker_store_close`) and requires this model to
+/// (`WSPOOL_LOOM_MUTANT=wspool_mutant_waker_store_close`) and requires this model to
 /// report the lost wake-up.
 #[test]
 fn waker_register_races_complete() {

@@ -50,9 +50,10 @@
 //! store of that thread, the pops' included (fence-to-atomic
 //! synchronisation). crossbeam keeps the store Release as well, only so
 //! that ThreadSanitizer, which does not model fences, sees the edge; so
-//! does this file. `make test-loom` builds a mutant with the old Release
-//! store and no fence (`--cfg wspool_mutant_push_release_store`) and
-//! requires `deque_push_pop_race_steal` to report the race.
+//! does this file. `make test-loom` runs a mutant with the old Release
+//! store and no fence (`wspool_mutant_push_release_store`, see
+//! `sync::mutant!`) and requires `deque_push_pop_race_steal` to report the
+//! race; `make test-miri` builds it with `--cfg` and requires Miri to.
 //!
 //! The speculative read is a data race by the letter of the Rust memory
 //! model whenever the owner overwrites the slot meanwhile, which needs the
@@ -426,11 +427,13 @@ impl<T> Worker<T> {
     /// Relaxed store (see the module comment); the store stays Release, as
     /// in crossbeam, for ThreadSanitizer, which does not model fences.
     /// `make test-loom` requires `deque_push_pop_race_steal` to fail with
-    /// the fence removed (`--cfg wspool_mutant_push_release_store`).
+    /// the fence removed (the mutant `wspool_mutant_push_release_store`,
+    /// `sync::mutant!`).
     #[inline(always)]
     fn publish(&self, back: usize) {
-        #[cfg(not(wspool_mutant_push_release_store))]
-        fence(Release);
+        if !crate::sync::mutant!(wspool_mutant_push_release_store) {
+            fence(Release);
+        }
         self.inner.back.store(back, Release);
     }
 
@@ -533,7 +536,7 @@ impl<T> Worker<T> {
     /// was drained, so its index was claimed, and `Stealer::still_at` sees
     /// that before the read. `make test-loom` requires
     /// `deque_release_memory_races_steal` to fail without the check
-    /// (`--cfg wspool_mutant_no_stealing_check`).
+    /// (the mutant `wspool_mutant_no_stealing_check`, `sync::mutant!`).
     #[cold]
     #[inline(never)]
     pub fn release_memory(&self) {
@@ -558,8 +561,9 @@ impl<T> Worker<T> {
             self.inner.buffer.store(new, Release);
             retired.push(buffer);
         }
-        #[cfg(not(wspool_mutant_no_stealing_check))]
-        if self.inner.head.stealing.fetch_add(0, AcqRel) != 0 {
+        // The mutant skips the read-modify-write itself, not only its test.
+        let unchecked = crate::sync::mutant!(wspool_mutant_no_stealing_check);
+        if !unchecked && self.inner.head.stealing.fetch_add(0, AcqRel) != 0 {
             return;
         }
         for old in retired.drain(..) {
@@ -638,11 +642,12 @@ impl<T> Worker<T> {
                 self.inner.back.store(back, Relaxed);
                 // Orders the store of `back` before the load of `front`
                 // (against a thief's fence between its loads of the two).
-                // `make test-loom` builds a mutant without it
-                // (--cfg wspool_mutant_no_pop_fence) and requires
+                // `make test-loom` runs a mutant without it
+                // (wspool_mutant_no_pop_fence, `sync::mutant!`) and requires
                 // `deque_pop_races_steal` to fail.
-                #[cfg(not(wspool_mutant_no_pop_fence))]
-                fence(SeqCst);
+                if !crate::sync::mutant!(wspool_mutant_no_pop_fence) {
+                    fence(SeqCst);
+                }
                 let front = self.inner.head.front.load(Relaxed);
                 let len = back.wrapping_sub(front) as isize;
                 if len < 0 {

@@ -262,10 +262,12 @@ impl Sleep {
     /// miss each other (`core/tests/loom.rs`, `local_push_races_park`).
     #[inline]
     pub fn notify_after_local_push(&self, region: u64) -> bool {
-        // `make test-loom` also builds the models without this fence
-        // (--cfg wspool_mutant_no_push_fence) and requires them to fail.
-        #[cfg(not(wspool_mutant_no_push_fence))]
-        fence(SeqCst);
+        // `make test-loom` also runs the models without this fence
+        // (the mutant wspool_mutant_no_push_fence, `sync::mutant!`) and
+        // requires them to fail.
+        if !crate::sync::mutant!(wspool_mutant_no_push_fence) {
+            fence(SeqCst);
+        }
         self.notify_for_push(region)
     }
 
